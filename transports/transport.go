@@ -1,0 +1,123 @@
+// Package transports defines the one seam between the controller and the places a kernel
+// can run: a local process, a wrapper command, a Docker container, a containerd task or a
+// remote host over ssh.
+//
+// A Transport starts a kernel from a Spec and hands back a Kernel: a byte-stream pair with
+// Kill and Wait, shaped like os/exec.Cmd after Start. The controller speaks the kernel
+// protocol over those streams and never switches on the kind of transport; what differs
+// between kinds (whose pids these are, how the stub reaches the sandbox) is said by the
+// Kernel's Info and the Transport's Capabilities.
+//
+// Each kind lives in its own sub-package (transports/local, ...). The conformance suite in
+// transports/transporttest runs one table against every implementation.
+package transports
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Spec says which kernel to start and how. The zero value of each optional field is
+// documented; a Spec is read by Start and not kept.
+type Spec struct {
+	// SessionID names the session the kernel serves; transports use it in labels and
+	// run-directory names. Required.
+	SessionID string
+
+	// Dir is the kernel's working directory, as a path inside the sandbox (already mapped
+	// by the path map). Required.
+	Dir string
+
+	// Env holds the kernel's own environment entries ("KEY=VALUE"), already mapped. A local
+	// transport adds them to the host's environment; every other transport gives the kernel
+	// exactly these (plus what the transport itself must set).
+	Env []string
+
+	// Python is the interpreter inside the sandbox. Empty means "python3" resolved the way
+	// the transport documents (the local transport resolves it once to an absolute path).
+	Python string
+
+	// Stderr, when non-nil, receives the kernel's stderr. Transports bound nothing here:
+	// the caller passes a bounded writer. Nil discards it.
+	Stderr io.Writer
+}
+
+// Kernel is one started kernel process (or container, or remote process). It is single
+// use: once Wait has returned, the Kernel is finished.
+//
+// Stdin and Stdout carry the newline-delimited JSON frames of docs/protocol.md. Closing
+// Stdin is the stub's signal to shut down. The caller must keep reading Stdout until EOF;
+// Wait does not drain it.
+type Kernel interface {
+	// Stdin is the kernel's standard input. Writes may block when the kernel does not read.
+	Stdin() io.WriteCloser
+	// Stdout is the kernel's standard output, the frame stream.
+	Stdout() io.Reader
+	// Info says what the controller may know about the kernel. It is fixed after Start.
+	Info() Info
+	// Kill ends the kernel and everything it started, in stages: close stdin, wait a grace,
+	// signal TERM, wait a grace, signal KILL. It returns once the end is confirmed by the
+	// kernel's exit (not by a signal call's return) or ctx ends. Kill is safe to call more
+	// than once and concurrently with Wait.
+	Kill(ctx context.Context) error
+	// Wait blocks until the kernel has exited and its resources are released, and reports
+	// how it ended. Later calls return the same result.
+	Wait() (Exit, error)
+}
+
+// Info describes a running kernel.
+type Info struct {
+	// Transport is the kind's name ("local", "wrapped", "docker", "containerd", "ssh").
+	Transport string
+	// PID is the process id of the kernel's process on the host, or 0 when the kernel's
+	// pids are not the host's (HostPIDs is false).
+	PID int
+	// HostPIDs reports whether pids the kernel reports (in its hello and job frames) are
+	// host pids the controller may signal. False for containers and remote hosts.
+	HostPIDs bool
+	// ID is a transport-specific handle (a container id, a remote run directory), or "".
+	ID string
+}
+
+// Exit is how a kernel ended.
+type Exit struct {
+	// Code is the exit code, or -1 when the kernel was ended by a signal.
+	Code int
+	// Signal is the signal that ended it, or 0.
+	Signal int
+	// OOM reports that the sandbox's memory limit ended the kernel.
+	OOM bool
+	// Killed reports that Kill ended it (as opposed to the kernel exiting by itself).
+	Killed bool
+}
+
+// Transport starts kernels of one kind.
+type Transport interface {
+	// Name is the kind's name, as in Info.Transport.
+	Name() string
+	// Capabilities says what this transport supports.
+	Capabilities() Capabilities
+	// Start launches a kernel. The kernel outlives ctx: ctx bounds only the start. On
+	// error nothing is left running.
+	Start(ctx context.Context, spec Spec) (Kernel, error)
+}
+
+// Capabilities lists optional abilities a transport may have. The conformance suite skips
+// the cases a transport does not claim.
+type Capabilities struct {
+	// HostEnv: the kernel sees the host's environment plus Spec.Env (local transport).
+	HostEnv bool
+	// HostPIDs: Info.PID and the kernel's reported pids are host pids.
+	HostPIDs bool
+	// SameFS: the kernel sees the host file system at the host's paths (no path map needed).
+	SameFS bool
+}
+
+// Grace is the default time Kill waits after closing stdin, and again after TERM.
+const Grace = 2 * time.Second
+
+// ErrUnavailable reports that a transport cannot start kernels here (no interpreter, no
+// engine, no image). Errors wrap it with the reason and the fix.
+var ErrUnavailable = errors.New("transport unavailable")
