@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/kennel-dev/kennel/protocol"
+)
+
+// Sink receives a cell's output as the kernel writes it, on the session's reader
+// goroutine: its methods must not block for long (they hold back every frame behind them).
+type Sink interface {
+	// Stream receives text the cell wrote to stdout or stderr (name is "stdout"/"stderr").
+	Stream(name, text string)
+	// Display receives a rich value: a JSON object from MIME type to value.
+	Display(data json.RawMessage)
+}
+
+// WriterSink writes streams to Stdout and Stderr (nil drops them) and displays as a
+// line of JSON to Stdout.
+type WriterSink struct {
+	Stdout, Stderr io.Writer
+}
+
+// Stream writes text to the writer of its stream.
+func (w WriterSink) Stream(name, text string) {
+	out := w.Stdout
+	if name == protocol.StreamStderr {
+		out = w.Stderr
+	}
+	if out != nil {
+		_, _ = io.WriteString(out, text)
+	}
+}
+
+// Display writes the value's text/plain form if it has one, else its JSON.
+func (w WriterSink) Display(data json.RawMessage) {
+	if w.Stdout == nil {
+		return
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) == nil {
+		var text string
+		if raw, ok := m["text/plain"]; ok && json.Unmarshal(raw, &text) == nil {
+			_, _ = io.WriteString(w.Stdout, text+"\n")
+			return
+		}
+	}
+	_, _ = w.Stdout.Write(append(data, '\n'))
+}
+
+// CellResult is how a cell ended.
+type CellResult struct {
+	// ID is the cell's id within the session.
+	ID string
+	// Status is "ok", "error" or "interrupted".
+	Status string
+	// Result is the repr of the cell's final expression, or nil.
+	Result *string
+	// Error is the exception of a cell with status "error", else nil.
+	Error *protocol.CellError
+}
+
+// cellRun is a cell in flight.
+type cellRun struct {
+	sink Sink
+	once sync.Once
+	done chan struct{}
+	res  *protocol.Done
+	err  error
+}
+
+func (c *cellRun) stream(name, text string) {
+	if c.sink != nil {
+		c.sink.Stream(name, text)
+	}
+}
+
+func (c *cellRun) display(data json.RawMessage) {
+	if c.sink != nil {
+		c.sink.Display(data)
+	}
+}
+
+// finish ends the cell once: with the kernel's done frame, or with err.
+func (c *cellRun) finish(d *protocol.Done, err error) {
+	c.once.Do(func() {
+		c.res, c.err = d, err
+		close(c.done)
+	})
+}
+
+// Execute runs code as one cell and returns how it ended. Output streams to sink (nil
+// drops it) while the cell runs. A Python exception is a result with Status "error", not an
+// error; an error means the cell could not run to its end (the kernel died, broke the
+// protocol — a *gate.ProtocolFault is then in the chain —, or the session closed).
+//
+// When ctx ends, the cell is interrupted (KeyboardInterrupt in the kernel); if it has not
+// ended after Options.InterruptGrace, its kernel is killed and Execute returns ctx's error.
+func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellResult, error) {
+	kc, err := s.kernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := s.nextID("c")
+	c := &cellRun{sink: sink, done: make(chan struct{})}
+	kc.mu.Lock()
+	if kc.err != nil {
+		err := kc.err
+		kc.mu.Unlock()
+		return nil, err
+	}
+	kc.cells[id] = c
+	kc.mu.Unlock()
+
+	if err := kc.writeFrame(protocol.Execute{ID: id, Code: code}); err != nil {
+		kc.fail(err)
+		return nil, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if err := kc.writeFrame(protocol.Interrupt{ID: id}); err != nil {
+			kc.s.log.Debug("interrupt not delivered", "cell", id, "err", err)
+		}
+		t := time.NewTimer(s.opts.InterruptGrace)
+		defer t.Stop()
+		select {
+		case <-c.done:
+		case <-t.C:
+			s.log.Warn("cell ignored its interrupt; killing its kernel", "cell", id, "grace", s.opts.InterruptGrace)
+			cause := fmt.Errorf("cell %s did not stop within %v of its interrupt: %w", id, s.opts.InterruptGrace, context.Cause(ctx))
+			kc.fail(fmt.Errorf("%w: %w", ErrKernelExited, cause))
+			_ = kc.kill(context.WithoutCancel(ctx))
+			return nil, cause
+		}
+	}
+	if c.err != nil {
+		return nil, fmt.Errorf("cell %s: %w", id, c.err)
+	}
+	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error}, nil
+}

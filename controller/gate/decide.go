@@ -1,0 +1,151 @@
+package gate
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/kennel-dev/kennel/protocol"
+)
+
+// line decides on one complete line within the limit (without its newline) that starts
+// at offset in the stream. It returns a *ProtocolFault or nil.
+func (g *Gate) line(line []byte, offset int64) error {
+	switch g.val.object(line) {
+	case vOK:
+	case vUTF8:
+		return newFault(reasonUTF8, offset, line)
+	case vDepth:
+		return newFault(reasonDepth, offset, line)
+	case vDupKey:
+		return newFault(reasonDupKey, offset, line)
+	default:
+		switch {
+		case len(line) == 0:
+			return newFault(reasonEmpty, offset, line)
+		case !utf8.Valid(line):
+			return newFault(reasonUTF8, offset, line)
+		}
+		return newFault(reasonNotObject, offset, line)
+	}
+	hd := g.heads.scan(line[:min(len(line), g.lim.headSize)])
+	if !hd.ok {
+		return newFault(hd.why, offset, line)
+	}
+	if string(hd.event) != eventHostRequest {
+		if g.cfg.OnEvent != nil {
+			g.cfg.OnEvent(Frame{Event: eventName(hd.event), ID: g.eventID(hd.id), Line: line})
+		}
+		return nil
+	}
+	if g.ids.has(hd.id) {
+		g.refuseDuplicate(hd.id)
+		return nil
+	}
+	if !hd.hasType {
+		g.refuse(hd.id, protocol.CodeNoType, "the request has no type")
+		return nil
+	}
+	typ := g.intern(hd.typ)
+	if g.cfg.Serves == nil || !g.cfg.Serves(typ) {
+		g.refuse(hd.id, protocol.CodeUnserved, fmt.Sprintf("no handler serves %q", bounded(hd.typ)))
+		return nil
+	}
+	id := string(hd.id)
+	g.ids.add(id)
+	g.cfg.OnRequest(Request{ID: id, Type: typ, Line: append([]byte(nil), line...)})
+	return nil
+}
+
+// oversized decides on a line found to be over the limit, from its head alone.
+func (g *Gate) oversized(line []byte, offset int64) error {
+	hd := g.heads.scan(line[:min(len(line), g.lim.headSize)])
+	if !hd.ok {
+		return newFault(reasonOversized, offset, line)
+	}
+	switch string(hd.event) {
+	case eventHostRequest:
+		if g.ids.has(hd.id) {
+			g.refuseDuplicate(hd.id)
+		} else {
+			g.refuse(hd.id, protocol.CodeTooLarge, fmt.Sprintf("the request's line is over %d bytes", g.lim.maxLine))
+		}
+		return nil
+	case protocol.EventStream, protocol.EventDisplay:
+		g.diag(fmt.Sprintf("gate: dropped a %s frame of id %q over %d bytes", hd.event, bounded(hd.id), g.lim.maxLine))
+		return nil
+	}
+	return newFault(reasonOversized, offset, line)
+}
+
+func (g *Gate) refuse(id []byte, code protocol.Code, msg string) {
+	if g.cfg.OnRefusal != nil {
+		g.cfg.OnRefusal(Refusal{ID: string(id), Status: protocol.StatusError, Code: code, Message: msg})
+	}
+}
+
+func (g *Gate) refuseDuplicate(id []byte) {
+	if g.cfg.OnRefusal != nil {
+		g.cfg.OnRefusal(Refusal{ID: string(id), Status: protocol.StatusDuplicate, Code: protocol.CodeDuplicate,
+			Message: "a request with this id is in use"})
+	}
+	g.diag(fmt.Sprintf("gate: refused a host request with id %q in use", bounded(id)))
+}
+
+func (g *Gate) diag(msg string) {
+	if g.cfg.OnDiagnostic != nil {
+		g.cfg.OnDiagnostic(msg)
+	}
+}
+
+// bounded cuts a kernel-chosen string for a message.
+func bounded(b []byte) string {
+	const n = 64
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}
+
+// eventName returns the event's name without allocating for the protocol's events.
+func eventName(b []byte) string {
+	switch string(b) {
+	case protocol.EventStream:
+		return protocol.EventStream
+	case protocol.EventDisplay:
+		return protocol.EventDisplay
+	case protocol.EventDone:
+		return protocol.EventDone
+	case protocol.EventHello:
+		return protocol.EventHello
+	case protocol.EventJobStart:
+		return protocol.EventJobStart
+	case protocol.EventJobOutput:
+		return protocol.EventJobOutput
+	case protocol.EventJobEnd:
+		return protocol.EventJobEnd
+	case protocol.EventLog:
+		return protocol.EventLog
+	}
+	return string(b)
+}
+
+// eventID returns id as a string, reusing the last one when equal (a cell's stream
+// frames share their id).
+func (g *Gate) eventID(id []byte) string {
+	if string(id) != g.last {
+		g.last = string(id)
+	}
+	return g.last
+}
+
+// intern returns typ as a string, from a bounded table of names seen.
+func (g *Gate) intern(typ []byte) string {
+	if s, ok := g.types[string(typ)]; ok {
+		return s
+	}
+	s := string(typ)
+	if len(g.types) < maxTypes && len(s) <= 128 {
+		g.types[s] = s
+	}
+	return s
+}

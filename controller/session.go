@@ -1,0 +1,237 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kennel-dev/kennel/protocol"
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Errors a caller decides on with errors.Is.
+var (
+	// ErrClosed: the session was closed or killed.
+	ErrClosed = errors.New("session closed")
+	// ErrKernelExited: the kernel ended while work was in flight (it crashed, was killed,
+	// or was replaced after a protocol fault; a *gate.ProtocolFault is then in the chain).
+	ErrKernelExited = errors.New("kernel exited")
+	// ErrNoWorkingDir and its siblings: a session start named a bad working directory.
+	ErrNoWorkingDir     = errors.New("a session needs a working directory")
+	ErrWorkingDirGone   = errors.New("working directory is gone")
+	ErrWorkingDirNotDir = errors.New("working directory is not a directory")
+	// ErrStale: the kernel runs another stub bundle or protocol than this controller.
+	ErrStale = errors.New("kernel is stale")
+)
+
+// HostHandler serves the host requests a kernel sends (fs.*, ...). Serve runs on its own
+// goroutine per request and may block; ctx ends when the kernel that asked is gone.
+// An error that has a method Code() string crosses to the kernel with that code; others
+// cross as "internal".
+type HostHandler interface {
+	// Serves reports whether Serve handles requests of type typ. It must be fast and must
+	// not change over a session's life.
+	Serves(typ string) bool
+	// Serve handles one request; its result is marshalled to JSON as the reply's result.
+	Serve(ctx context.Context, typ string, args []byte) (any, error)
+}
+
+// Options configure a session. Transport and Dir are required; every other zero value is
+// documented on its field.
+type Options struct {
+	// Transport starts the session's kernels.
+	Transport transports.Transport
+	// Dir is the session's working directory on the host: it must exist and be a directory.
+	Dir string
+	// SandboxDir is the working directory inside the sandbox (Dir mapped by the path map).
+	// Empty means Dir itself (an identity map).
+	SandboxDir string
+	// Env holds extra environment entries for the kernel ("KEY=VALUE"), already mapped.
+	Env []string
+	// Handler serves host requests. Nil serves none: every request gets "unserved".
+	Handler HostHandler
+	// Logger receives diagnostics. Nil discards them.
+	Logger *slog.Logger
+	// Bundle is the stub bundle hash the kernel must report in its hello. Empty skips the
+	// check.
+	Bundle string
+	// StartTimeout bounds a kernel's start to its hello. Zero means 30 s.
+	StartTimeout time.Duration
+	// InterruptGrace is how long a cancelled cell may take to end after its interrupt before
+	// its kernel is killed. Zero means 5 s.
+	InterruptGrace time.Duration
+	// OnJobEvent, when set, receives the job frames (job_start, job_output, job_end) of the
+	// session's kernels, in order, on the kernel's reader goroutine: it must not block.
+	OnJobEvent func(protocol.Event)
+	// OnKernelEnd, when set, is told when a kernel generation ends and why (nil: a clean
+	// exit); it runs on the reader goroutine and must not block.
+	OnKernelEnd func(info transports.Info, cause error)
+}
+
+// Session is one kernel session. Its methods are safe for concurrent use.
+type Session struct {
+	id   string
+	opts Options
+	log  *slog.Logger
+
+	ids atomic.Uint64 // cell and job ids
+
+	mu     sync.Mutex
+	kc     *kernelConn // the current kernel, nil before start or after it ended
+	closed bool
+	cause  error // why the session was closed
+}
+
+// Start validates opts, starts the first kernel and waits for its hello.
+func Start(ctx context.Context, opts Options) (*Session, error) {
+	if opts.Transport == nil {
+		return nil, errors.New("start session: no transport")
+	}
+	if err := CheckWorkingDir(opts.Dir); err != nil {
+		return nil, err
+	}
+	if opts.SandboxDir == "" {
+		opts.SandboxDir = opts.Dir
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 30 * time.Second
+	}
+	if opts.InterruptGrace == 0 {
+		opts.InterruptGrace = 5 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Session{id: newID(), opts: opts}
+	s.log = log.With("session", s.id)
+	if _, err := s.kernel(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CheckWorkingDir returns nil if dir names an existing directory, and otherwise one of
+// ErrNoWorkingDir, ErrWorkingDirGone or ErrWorkingDirNotDir, wrapped with the path.
+func CheckWorkingDir(dir string) error {
+	if dir == "" {
+		return ErrNoWorkingDir
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: %s", ErrWorkingDirGone, dir)
+	case err != nil:
+		return fmt.Errorf("working directory %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%w: %s", ErrWorkingDirNotDir, dir)
+	}
+	return nil
+}
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Kernel reports the current kernel's hello and transport facts, starting none. ok is false
+// when no kernel runs.
+func (s *Session) Kernel() (hello protocol.Hello, info transports.Info, ok bool) {
+	s.mu.Lock()
+	kc := s.kc
+	s.mu.Unlock()
+	if kc == nil || kc.ended() {
+		return protocol.Hello{}, transports.Info{}, false
+	}
+	return kc.hello, kc.k.Info(), true
+}
+
+// kernel returns the running kernel, starting one when there is none (the first start, or
+// after the previous one ended).
+func (s *Session) kernel(ctx context.Context) (*kernelConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("session %s: %w", s.id, s.closedErr())
+	}
+	if s.kc != nil && !s.kc.ended() {
+		return s.kc, nil
+	}
+	kc, err := s.startKernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.kc = kc
+	return kc, nil
+}
+
+func (s *Session) closedErr() error {
+	if s.cause != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, s.cause)
+	}
+	return ErrClosed
+}
+
+// newID returns a random 12-hex-digit id.
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// nextID returns a session-unique id with the given prefix ("c" cells, "j" jobs).
+func (s *Session) nextID(prefix string) string {
+	return fmt.Sprintf("%s%d", prefix, s.ids.Add(1))
+}
+
+// Close ends the session: the kernel gets EOF on stdin and is killed after the grace if it
+// does not exit. Work in flight fails with ErrClosed. Close waits for the kernel's end.
+func (s *Session) Close(ctx context.Context) error {
+	return s.end(ctx, nil)
+}
+
+// Kill ends the session like Close, recording cause as the reason.
+func (s *Session) Kill(ctx context.Context, cause error) error {
+	if cause == nil {
+		cause = errors.New("killed")
+	}
+	return s.end(ctx, cause)
+}
+
+func (s *Session) end(ctx context.Context, cause error) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		s.cause = cause
+	}
+	kc := s.kc
+	s.mu.Unlock()
+	if kc == nil {
+		return nil
+	}
+	kc.fail(fmt.Errorf("session %s: %w", s.id, s.closedErr()))
+	return kc.kill(ctx)
+}
+
+// writeFrame encodes f and writes it to the kernel's stdin whole.
+func (kc *kernelConn) writeFrame(f protocol.HostFrame) error {
+	kc.wmu.Lock()
+	defer kc.wmu.Unlock()
+	var err error
+	kc.wbuf, err = protocol.AppendFrame(kc.wbuf[:0], f)
+	if err != nil {
+		return err
+	}
+	if _, err := kc.k.Stdin().Write(kc.wbuf); err != nil {
+		return fmt.Errorf("write %s frame: %w", f.FrameType(), errors.Join(ErrKernelExited, err))
+	}
+	if cap(kc.wbuf) > 1<<20 {
+		kc.wbuf = nil
+	}
+	return nil
+}

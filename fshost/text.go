@@ -1,0 +1,118 @@
+package fshost
+
+import (
+	"bytes"
+	"encoding/binary"
+	"unicode/utf8"
+)
+
+// binaryHead is how much of a file's start is searched for a NUL byte to call it binary.
+const binaryHead = 8 << 10
+
+// hasNUL reports whether b, the start of a file at offset off, has a NUL byte within the
+// first binaryHead bytes of the file.
+func hasNUL(b []byte, off int64) bool {
+	if off >= binaryHead {
+		return false
+	}
+	n := min(int64(len(b)), binaryHead-off)
+	return bytes.IndexByte(b[:n], 0) >= 0
+}
+
+// utf8Prefix checks that b is valid UTF-8 except for an incomplete rune at its very end,
+// and returns the length of that incomplete tail (0 to 3). ok is false on an invalid
+// sequence. ASCII runs are checked 32 bytes at a time.
+func utf8Prefix(b []byte) (tail int, ok bool) {
+	i := 0
+	for i < len(b) {
+		if i+32 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
+				binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
+			if x&0x8080808080808080 == 0 {
+				i += 32
+				continue
+			}
+		}
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			if !utf8.FullRune(b[i:]) {
+				return len(b) - i, true
+			}
+			return 0, false
+		}
+		i += size
+	}
+	return 0, true
+}
+
+// validUTF8 reports whether b is entirely valid UTF-8.
+func validUTF8(b []byte) bool {
+	tail, ok := utf8Prefix(b)
+	return ok && tail == 0
+}
+
+// utf8Stream validates a byte stream given in chunks.
+type utf8Stream struct {
+	carry [utf8.UTFMax]byte
+	n     int // bytes in carry
+	bad   bool
+}
+
+// write validates the next chunk.
+func (s *utf8Stream) write(b []byte) {
+	if s.bad {
+		return
+	}
+	if s.n > 0 {
+		var buf [2 * utf8.UTFMax]byte
+		k := copy(buf[:], s.carry[:s.n])
+		k += copy(buf[k:], b[:min(len(b), utf8.UTFMax)])
+		r, size := utf8.DecodeRune(buf[:k])
+		if r == utf8.RuneError && size == 1 {
+			if utf8.FullRune(buf[:k]) {
+				s.bad = true
+				return
+			}
+			// Still incomplete: all of b belongs to the carried rune.
+			s.n = copy(s.carry[:], buf[:k])
+			return
+		}
+		b = b[size-s.n:]
+		s.n = 0
+	}
+	tail, ok := utf8Prefix(b)
+	if !ok {
+		s.bad = true
+		return
+	}
+	s.n = copy(s.carry[:], b[len(b)-tail:])
+}
+
+// valid reports whether the stream so far, ended here, is valid UTF-8.
+func (s *utf8Stream) valid() bool { return !s.bad && s.n == 0 }
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not split a rune.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// cutUTF8Bytes is cutUTF8 for bytes.
+func cutUTF8Bytes(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n]
+}

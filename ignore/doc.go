@@ -1,0 +1,44 @@
+// Package ignore walks a directory tree the way git sees its untracked
+// files: it skips .git and whatever the tree's .gitignore files ignore.
+//
+// The rules are git's (gitignore(5), dir.c and wildmatch.c), checked
+// against git itself by this package's tests: each .gitignore applies to
+// its own directory and below; within the files that apply, the last
+// matching pattern of the deepest file decides; "!" re-includes, except
+// that nothing inside an ignored directory can be re-included; "dir/"
+// matches directories only (a symlink is not one); a pattern with a slash
+// is anchored to its .gitignore's directory; "**" spans directories;
+// comments, escapes, trailing spaces, CRLF lines and a UTF-8 BOM are read
+// as git reads them.
+//
+// Only .gitignore files inside the tree count. .git/info/exclude,
+// core.excludesFile and the global excludes never apply: a workspace's
+// hand-back listing must depend on the child's .gitignore files alone, so a
+// file that only those other sources ignore is listed.
+//
+// Listing a tree's files without git:
+//
+//	err := ignore.Walk(ctx, dir, func(rel string, d fs.DirEntry) error {
+//		if !d.IsDir() {
+//			files = append(files, rel) // regular files and symlinks
+//		}
+//		return nil
+//	})
+//
+// Asking about one path (a grep hit, a glob result):
+//
+//	m := ignore.New(dir)
+//	if m.Ignored("build/out.o", false) { ... }
+//
+// Matching is a port of git's own code (wildmatch.c, and match_basename
+// and match_pathname in dir.c), quirks included, and is checked against
+// git by the tests. It is not github.com/go-git/go-git's
+// plumbing/format/gitignore, which answers differently from git in common
+// cases: its patterns also match a path's parent directories, so "*",
+// "!*/", "!*.txt" keeps every file below a directory; "foo/**" ignores foo
+// itself; "[!a]" is not a negated class; "?" matches a rune, not a byte.
+//
+// The cost of a walk is the number of entries times the number of
+// patterns that apply to them; a hostile tree can make that large, so
+// bound it with the walk's context.
+package ignore

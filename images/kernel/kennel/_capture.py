@@ -1,0 +1,157 @@
+"""Output capture: fds 1 and 2 read from pipes, sys.stdout and sys.stderr as frames.
+
+File descriptors 1 and 2 point at pipes (set up in _boot) that a thread each reads and
+forwards as ``stream`` frames, so output from C code and child processes never touches
+the frame channel. Output read while a cell runs, or before its end has been drained, is
+that cell's (Kernel.output_owner); at the end of a cell the kernel drains both pipes
+under the cell's id before writing its ``done``, so all a cell and its children wrote
+before it ended comes before its ``done`` and under its id.
+
+sys.stdout and sys.stderr are replaced by writers that send each write as a frame at
+once, owned by the running cell.
+"""
+
+import codecs
+import io
+import os
+import select
+import threading
+
+from kennel import _frames
+
+_READ = 1 << 16
+_PUMP_MAX = 1 << 20
+# A drain stops after this many full reads, so a child that keeps writing cannot hold
+# a cell's end forever; the rest goes out as it comes.
+_DRAIN_ROUNDS = 16
+
+
+class Pipe:
+    """One captured descriptor's read end: a thread forwards what arrives."""
+
+    def __init__(self, kernel, fd, name):
+        self._kernel = kernel
+        self._fd = fd
+        self.name = name
+        self._lock = threading.Lock()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        os.set_blocking(fd, False)
+
+    def start(self):
+        thread = threading.Thread(target=self._loop, name="kennel-" + self.name, daemon=True)
+        thread.start()
+
+    def _loop(self):
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        while True:
+            poller.poll()
+            with self._lock:
+                if not self._pump(None):
+                    return
+
+    def _pump(self, owner):
+        """Read what the pipe holds now and forward it; False at end of file."""
+        chunks = []
+        size = 0
+        alive = True
+        while size < _PUMP_MAX:
+            try:
+                data = os.read(self._fd, _READ)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            if not data:
+                alive = False
+                break
+            chunks.append(data)
+            size += len(data)
+        if chunks:
+            text = self._decoder.decode(b"".join(chunks))
+            if text:
+                if owner is None:
+                    owner = self._kernel.output_owner
+                self._kernel.emit_stream(self.name, text, owner)
+        return alive
+
+    def drain(self, owner):
+        """Forward everything the pipe holds now as output of cell ``owner``."""
+        with self._lock:
+            for _ in range(_DRAIN_ROUNDS):
+                if not self._pump(owner) or not self._pending():
+                    return
+
+    def _pending(self):
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(0))
+
+
+class StreamWriter(io.TextIOBase):
+    """sys.stdout or sys.stderr of a kernel: each write is one or more stream frames."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, kernel, name, fd):
+        super().__init__()
+        self._kernel = kernel
+        self._name = name
+        self._fd = fd
+        self.buffer = _ByteWriter(self)
+
+    @property
+    def name(self):
+        return "<%s>" % self._name
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._fd
+
+    def flush(self):
+        pass
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError("write() argument must be str, not %s" % type(text).__name__)
+        if text:
+            self._kernel.emit_stream(self._name, text, self._kernel.running)
+        return len(text)
+
+
+class _ByteWriter(io.RawIOBase):
+    """sys.stdout.buffer: bytes written are decoded as UTF-8 and sent as text."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self._stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._lock = threading.Lock()
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._stream.fileno()
+
+    def write(self, data):
+        data = bytes(data)
+        with self._lock:
+            text = self._decoder.decode(data)
+        if text:
+            self._stream.write(text)
+        return len(data)
+
+
+def chunks(text):
+    """Cut ``text`` into pieces of at most STREAM_CHUNK characters."""
+    if len(text) <= _frames.STREAM_CHUNK:
+        return (text,)
+    step = _frames.STREAM_CHUNK
+    return [text[i : i + step] for i in range(0, len(text), step)]

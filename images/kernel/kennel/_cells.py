@@ -1,0 +1,121 @@
+"""Cells: run code in the kernel's one namespace, IPython style.
+
+A cell is parsed with ast; when its last statement is an expression, the statements
+before it are executed and the expression evaluated, and the repr of its value (unless
+None) is the cell's result. An exception ends the cell with its name, its text and its
+traceback, from which the stub's own frames are removed.
+"""
+
+import ast
+import collections
+import linecache
+import os
+import traceback
+
+# Text fields of an error are cut at this many characters.
+_TEXT_LIMIT = 1 << 20
+# Source lines of the newest cells are kept for tracebacks; older ones are forgotten.
+_KEEP_SOURCES = 1000
+
+OK = "ok"
+ERROR = "error"
+INTERRUPTED = "interrupted"
+
+
+class Outcome:
+    """How a cell ended: status, result (repr text or None) and error (dict or None)."""
+
+    __slots__ = ("status", "result", "error")
+
+    def __init__(self, status, result=None, error=None):
+        self.status = status
+        self.result = result
+        self.error = error
+
+    def fields(self):
+        return (("status", self.status), ("result", self.result), ("error", self.error))
+
+
+def interrupted():
+    return Outcome(INTERRUPTED)
+
+
+def failure(ename, evalue, text=""):
+    """An error outcome made by the stub (not from an exception of the cell)."""
+    return Outcome(ERROR, None, {"ename": ename, "evalue": evalue, "traceback": text})
+
+
+def _cut(text):
+    if len(text) > _TEXT_LIMIT:
+        return text[:_TEXT_LIMIT] + "\n... (truncated)"
+    return text
+
+
+class Executor:
+    """Runs cells in ``namespace``; hides frames of files under ``stub_dir``."""
+
+    def __init__(self, namespace, stub_dir):
+        self.namespace = namespace
+        self._stub_prefix = os.path.join(stub_dir, "")
+        self._sources = collections.OrderedDict()
+
+    def run(self, cell_id, code):
+        """Run one cell and return its Outcome. Never raises, except KeyboardInterrupt
+        arriving after the cell's own code has ended."""
+        if not isinstance(code, str):
+            return failure("TypeError", "execute: code must be a string")
+        filename = "<cell %s>" % (cell_id,)
+        try:
+            self._remember(filename, code)
+            tree = ast.parse(code, filename, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, filename, "exec"), self.namespace)
+            if last is None:
+                return Outcome(OK)
+            value = eval(compile(last, filename, "eval"), self.namespace)
+            if value is None:
+                return Outcome(OK)
+            self.namespace["_"] = value
+            return Outcome(OK, repr(value))
+        except KeyboardInterrupt:
+            return interrupted()
+        except BaseException as exc:
+            return self.error(exc)
+
+    def error(self, exc):
+        """The error Outcome of exception ``exc``."""
+        ename = type(exc).__name__
+        try:
+            evalue = str(exc)
+        except BaseException:
+            evalue = "<unprintable %s>" % ename
+        try:
+            report = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+            self._strip(report, set())
+            text = "".join(report.format())
+        except BaseException as inner:
+            text = "%s: %s\n(traceback unavailable: %s)\n" % (ename, evalue, type(inner).__name__)
+        return Outcome(ERROR, None, {"ename": ename, "evalue": _cut(evalue), "traceback": _cut(text)})
+
+    def _strip(self, report, seen):
+        if report is None or id(report) in seen:
+            return
+        seen.add(id(report))
+        prefix = self._stub_prefix
+        kept = [frame for frame in report.stack if not frame.filename.startswith(prefix)]
+        if len(kept) != len(report.stack):
+            report.stack = traceback.StackSummary.from_list(kept)
+        self._strip(report.__cause__, seen)
+        self._strip(report.__context__, seen)
+        for sub in getattr(report, "exceptions", None) or ():
+            self._strip(sub, seen)
+
+    def _remember(self, filename, code):
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        self._sources[filename] = None
+        self._sources.move_to_end(filename)
+        while len(self._sources) > _KEEP_SOURCES:
+            old, _ = self._sources.popitem(last=False)
+            linecache.cache.pop(old, None)

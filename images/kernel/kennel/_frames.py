@@ -1,0 +1,96 @@
+"""Frames the kernel writes: encoding with ``event`` and ``id`` first, and the writer.
+
+Every frame is one line of ASCII JSON (non-ASCII characters escaped, NaN and Infinity
+refused), so a frame is valid UTF-8 whatever a cell puts in it. The writer writes each
+frame whole under one lock; a KeyboardInterrupt aimed at the main thread is held back
+while it writes (see Kernel.critical), so no frame is ever cut.
+"""
+
+import json
+import os
+import threading
+
+# Limits of docs/protocol.md.
+LINE_LIMIT = 32 << 20
+PAYLOAD_LIMIT = 16 << 20
+# Stream text is cut into frames of at most this many characters (at most 12 bytes each
+# once escaped), so a stream frame stays far below LINE_LIMIT.
+STREAM_CHUNK = 512 << 10
+
+_encode_value = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":")
+).encode
+
+
+def encode(event, frame_id, fields=()):
+    """Return the frame as bytes: ``event``, ``id``, then ``fields`` ((key, value) pairs).
+
+    Keys are the stub's own constants; values are any strict JSON. Raises TypeError or
+    ValueError for a value JSON cannot carry.
+    """
+    parts = ['{"event":', _encode_value(event), ',"id":', _encode_value(frame_id)]
+    for key, value in fields:
+        parts.append(',"')
+        parts.append(key)
+        parts.append('":')
+        parts.append(_encode_value(value))
+    parts.append("}\n")
+    return "".join(parts).encode("ascii")
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class Writer:
+    """Writes whole frames to the frame channel, one at a time.
+
+    Safe for concurrent use by any thread. Once a write fails (the host is gone), every
+    later write is dropped and reports False.
+    """
+
+    def __init__(self, fd, kernel):
+        self._fd = fd
+        self._kernel = kernel
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def write(self, data):
+        """Write one encoded frame whole; return False when the channel is broken."""
+        kernel = self._kernel
+        on_main = threading.get_ident() == kernel.main_ident
+        if on_main:
+            kernel.critical += 1
+        try:
+            with self._lock:
+                if self._broken:
+                    return False
+                try:
+                    _write_all(self._fd, data)
+                except OSError:
+                    self._broken = True
+                    return False
+                return True
+        finally:
+            if on_main:
+                kernel.critical -= 1
+                if not kernel.critical and kernel.pending_interrupt:
+                    kernel.pending_interrupt = False
+                    if kernel.running is not None:
+                        raise KeyboardInterrupt
+
+    def frame(self, event, frame_id, fields=()):
+        """Encode and write a frame; see encode and write."""
+        return self.write(encode(event, frame_id, fields))
+
+    def log(self, level, message):
+        """Write a ``log`` frame (a diagnostic of the stub); never raises for the text."""
+        if len(message) > 4096:
+            message = message[:4096] + "... (truncated)"
+        try:
+            return self.frame("log", "", (("level", level), ("message", message)))
+        except (TypeError, ValueError):
+            return False

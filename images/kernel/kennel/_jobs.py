@@ -1,0 +1,235 @@
+"""Shell jobs: ``/bin/sh -c command`` in its own process group, output as raw bytes.
+
+Each job has one thread that polls its stdout and stderr pipes and its pidfd (or, where
+there is none, checks the process every 50 ms). Output goes out as ``job_output`` frames
+with the exact bytes read (base64, never decoded). ``job_end`` goes out exactly once, when
+the process has been reaped and either both pipes reached end of file, or the job was
+killed and its process group is empty (a process outside the group may hold a pipe).
+"""
+
+import base64
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+
+_READ = 1 << 16
+_TICK_MS = 50
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Job:
+    __slots__ = (
+        "id", "proc", "pgid", "command", "killed", "ended", "wake_r", "wake_w", "thread", "pidfd",
+    )
+
+    def __init__(self, job_id, proc, command):
+        self.id = job_id
+        self.proc = proc
+        self.pgid = proc.pid  # start_new_session: the job leads its own group
+        self.command = command
+        self.killed = False
+        self.ended = False
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.pidfd = None
+        opener = getattr(os, "pidfd_open", None)
+        if opener is not None:
+            try:
+                self.pidfd = opener(proc.pid)
+            except OSError:
+                self.pidfd = None
+
+    def wake(self):
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+
+class Jobs:
+    """The kernel's jobs by id. Safe for use by any thread."""
+
+    def __init__(self, kernel):
+        self._kernel = kernel
+        self._lock = threading.Lock()
+        self._jobs = {}
+        self._closed = False
+
+    def running(self):
+        with self._lock:
+            return {job_id: job.proc.pid for job_id, job in self._jobs.items()}
+
+    def run(self, job_id, command):
+        """Start job ``job_id`` (from a ``job_run`` frame)."""
+        writer = self._kernel.writer
+        if not isinstance(command, str):
+            writer.log("error", "job_run %r: command must be a string" % (job_id,))
+            writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
+            return
+        with self._lock:
+            if self._closed:
+                writer.log("warning", "job_run %r: the kernel is shutting down" % (job_id,))
+                return
+            if job_id in self._jobs:
+                writer.log("error", "job_run %r: a job with this id is running" % (job_id,))
+                return
+            try:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", command],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                    bufsize=0,
+                )
+            except (OSError, ValueError) as exc:
+                writer.log("error", "job_run %r: cannot start: %s" % (job_id, exc))
+                writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
+                return
+            job = Job(job_id, proc, command)
+            self._jobs[job_id] = job
+            writer.frame(
+                "job_start",
+                job_id,
+                (("pid", proc.pid), ("pgid", job.pgid), ("command", command)),
+            )
+            job.thread = threading.Thread(
+                target=self._serve, args=(job,), name="kennel-job", daemon=True
+            )
+            job.thread.start()
+
+    def kill(self, job_id, signum):
+        """Signal job ``job_id``'s whole process group (from a ``job_kill`` frame)."""
+        writer = self._kernel.writer
+        if signum is None:
+            signum = signal.SIGTERM
+        if isinstance(signum, bool) or not isinstance(signum, int) or not 0 < signum < signal.NSIG:
+            writer.log("error", "job_kill %r: bad signal %r" % (job_id, signum))
+            return
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            writer.log("warning", "job_kill %r: no such job running" % (job_id,))
+            return
+        self._signal(job, signum)
+
+    def _signal(self, job, signum):
+        job.killed = True
+        try:
+            os.killpg(job.pgid, signum)
+        except ProcessLookupError:
+            pass
+        except OSError as exc:
+            self._kernel.writer.log("error", "job_kill %r: %s" % (job.id, exc))
+        with self._lock:
+            if not job.ended:
+                job.wake()
+
+    def stop_all(self, grace=1.0):
+        """Shut down: no new jobs; TERM every job's group, KILL what is left after
+        ``grace`` seconds, and wait (briefly) for their job_end frames."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            self._signal(job, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for job in jobs:
+            job.thread.join(max(0.0, deadline - time.monotonic()))
+        left = [job for job in jobs if job.thread.is_alive()]
+        for job in left:
+            self._signal(job, signal.SIGKILL)
+        deadline = time.monotonic() + grace
+        for job in left:
+            job.thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _serve(self, job):
+        try:
+            self._pump(job)
+        except BaseException as exc:  # keep the one job_end promise
+            self._kernel.writer.log("error", "job %r: %r" % (job.id, exc))
+            try:
+                os.killpg(job.pgid, signal.SIGKILL)
+                job.proc.wait(1.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._end(job, job.proc.returncode)
+
+    def _pump(self, job):
+        writer = self._kernel.writer
+        proc = job.proc
+        pipes = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        poller = select.poll()
+        for fd in pipes:
+            poller.register(fd, select.POLLIN)
+        poller.register(job.wake_r, select.POLLIN)
+        if job.pidfd is not None:
+            poller.register(job.pidfd, select.POLLIN)
+        reaped = False
+        while True:
+            if reaped and (not pipes or (job.killed and not _group_alive(job.pgid))):
+                return
+            timeout = None
+            if not reaped and job.pidfd is None:
+                timeout = _TICK_MS
+            elif reaped and job.killed:
+                timeout = _TICK_MS  # re-check the group while a pipe stays open
+            for fd, _ in poller.poll(timeout):
+                name = pipes.get(fd)
+                if name is not None:
+                    data = os.read(fd, _READ)
+                    if data:
+                        writer.frame(
+                            "job_output",
+                            job.id,
+                            (("name", name), ("data", base64.b64encode(data).decode("ascii"))),
+                        )
+                    else:
+                        poller.unregister(fd)
+                        del pipes[fd]
+                elif fd == job.wake_r:
+                    os.read(job.wake_r, 512)
+                elif fd == job.pidfd:
+                    poller.unregister(fd)
+                    proc.wait()
+                    reaped = True
+            if not reaped and job.pidfd is None and proc.poll() is not None:
+                reaped = True
+
+    def _end(self, job, code):
+        if code is None:
+            exit_code, signum = None, None
+        elif code < 0:
+            exit_code, signum = None, -code
+        else:
+            exit_code, signum = code, None
+        with self._lock:
+            job.ended = True
+            self._jobs.pop(job.id, None)
+        for stream in (job.proc.stdout, job.proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        for fd in (job.wake_r, job.wake_w, job.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._kernel.writer.frame(
+            "job_end", job.id, (("exit_code", exit_code), ("signal", signum))
+        )

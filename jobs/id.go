@@ -1,0 +1,59 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// ErrInvalidID is the class of a string that is not a job id.
+var ErrInvalidID = errors.New("invalid job id")
+
+// ID names a job within its session: "j1", "j2", ... in the order the jobs started. IDs
+// order numerically (j9 before j10): compare them as numbers, with <. The zero ID is no
+// job.
+type ID uint64
+
+// String returns the id's text form, "j" and the number ("j12").
+func (id ID) String() string { return "j" + strconv.FormatUint(uint64(id), 10) }
+
+// ParseID parses the text form of an ID. It accepts only the form String writes: "j" and
+// a decimal number from 1, without sign or leading zeros. Anything else is an
+// ErrInvalidID error.
+func ParseID(s string) (ID, error) {
+	if len(s) < 2 || len(s) > 21 || s[0] != 'j' || s[1] == '0' {
+		return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
+		}
+	}
+	n, err := strconv.ParseUint(s[1:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
+	}
+	return ID(n), nil
+}
+
+// truncateForError bounds an untrusted string quoted in an error.
+func truncateForError(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return TakeScalars(s, max) + "..."
+}
+
+// MarshalText writes the text form.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText parses the text form (see ParseID).
+func (id *ID) UnmarshalText(b []byte) error {
+	v, err := ParseID(string(b))
+	if err != nil {
+		return err
+	}
+	*id = v
+	return nil
+}

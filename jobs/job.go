@@ -1,0 +1,283 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kennel-dev/kennel/output"
+)
+
+// Error classes of jobs; match them with errors.Is.
+var (
+	// ErrEnded: an event (output, an end, a pid, a kill) for a job that has ended. The
+	// event is ignored and counted in Late.
+	ErrEnded = errors.New("job already ended")
+	// ErrNoOwner: a job started without an Owner, which no one could kill.
+	ErrNoOwner = errors.New("job has no owner")
+	// ErrInvalidEnd: an End no process can have (see End).
+	ErrInvalidEnd = errors.New("invalid job end")
+	// ErrInvalidPID: a pid that is not positive, or a second, different pid.
+	ErrInvalidPID = errors.New("invalid job pid")
+)
+
+// Owner is what runs a job and can stop it. The controller supplies it: for a shell job
+// it signals the job's process group, for a cell it interrupts the cell and kills the
+// kernel after a grace. Kill asks for the end; it does not report it: the owner reports
+// the end later through Job.Finish, when the process has actually ended (or never, if it
+// ignores the kill). Kill may block until ctx ends.
+type Owner interface {
+	Kill(ctx context.Context) error
+}
+
+// OwnerFunc adapts a function to Owner.
+type OwnerFunc func(ctx context.Context) error
+
+// Kill calls f(ctx).
+func (f OwnerFunc) Kill(ctx context.Context) error { return f(ctx) }
+
+// End is how a job ended. A job has exactly one.
+type End struct {
+	// ExitCode is the exit status (0..255) of a job that exited; nil when it was ended by
+	// a signal or how it ended is unknown (its kernel is gone).
+	ExitCode *int
+	// Signal is the signal (1..127) that ended the job, or 0. At most one of ExitCode and
+	// Signal is set.
+	Signal int
+	// Killed reports that the end followed a kill: a Job.Kill was requested before it
+	// (the job sets this), or the owner says its own kill ended the job.
+	Killed bool
+}
+
+// Exited returns the End of a job that exited with code.
+func Exited(code int) End { return End{ExitCode: &code} }
+
+// Signaled returns the End of a job that a signal ended.
+func Signaled(sig int) End { return End{Signal: sig} }
+
+// validate returns an ErrInvalidEnd error for an end no process can have.
+func (e End) validate() error {
+	switch {
+	case e.ExitCode != nil && (*e.ExitCode < 0 || *e.ExitCode > 255):
+		return fmt.Errorf("exit code %d: %w", *e.ExitCode, ErrInvalidEnd)
+	case e.Signal < 0 || e.Signal > 127:
+		return fmt.Errorf("signal %d: %w", e.Signal, ErrInvalidEnd)
+	case e.ExitCode != nil && e.Signal != 0:
+		return fmt.Errorf("both exit code %d and signal %d: %w", *e.ExitCode, e.Signal, ErrInvalidEnd)
+	}
+	return nil
+}
+
+// String reads "exit 0", "signal 9 (killed)", "unknown".
+func (e End) String() string {
+	s := "unknown"
+	switch {
+	case e.ExitCode != nil:
+		s = "exit " + strconv.Itoa(*e.ExitCode)
+	case e.Signal != 0:
+		s = "signal " + strconv.Itoa(e.Signal)
+	}
+	if e.Killed {
+		s += " (killed)"
+	}
+	return s
+}
+
+// clone copies e so that no caller shares ExitCode's int.
+func (e End) clone() End {
+	if e.ExitCode != nil {
+		c := *e.ExitCode
+		e.ExitCode = &c
+	}
+	return e
+}
+
+// Late counts the events a job ignored because they came after its end.
+type Late struct {
+	Outputs int64 // output chunks
+	Bytes   int64 // their bytes
+	Ends    int64 // second ends
+	Other   int64 // pids and kills
+}
+
+// Job is one piece of work that runs long: a shell command, or a cell whose call
+// outlived its blocking budget. It has an id, a command, a start time, an optional pid,
+// one output (a Capture for paged reads and a Truncation bound for reports) and one end.
+// Its methods are safe for concurrent use. Jobs are made by Table.Start.
+type Job struct {
+	id      ID
+	command string
+	started time.Time
+	owner   Owner
+	clock   Clock
+	capture *output.Capture
+	done    chan struct{}
+
+	mu      sync.Mutex
+	pid     int
+	bounder *output.Bounder
+	end     *End
+	endAt   time.Time
+	killing int  // Kill calls in flight
+	killed  bool // a Kill call succeeded
+	late    Late
+}
+
+// ID returns the job's id.
+func (j *Job) ID() ID { return j.id }
+
+// Command returns the job's command, at most MaxCommand scalars.
+func (j *Job) Command() string { return j.command }
+
+// Started returns when the job started, by its table's clock.
+func (j *Job) Started() time.Time { return j.started }
+
+// Capture returns the job's retained output, for paged reads and saves. The job is its
+// only writer; it is closed when the job ends.
+func (j *Job) Capture() *output.Capture { return j.capture }
+
+// Done returns a channel closed when the job has ended.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// PID returns the job's process id and true, or 0 and false when it is not known (a cell,
+// a remote job, or a shell job whose start frame has not arrived).
+func (j *Job) PID() (int, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.pid, j.pid != 0
+}
+
+// SetPID records the job's process id once it is known. It refuses a pid that is not
+// positive, or one different from a pid already recorded (ErrInvalidPID); after the end
+// it is ignored (ErrEnded).
+func (j *Job) SetPID(pid int) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.end != nil:
+		j.late.Other++
+		return fmt.Errorf("set pid of job %s: %w", j.id, ErrEnded)
+	case pid <= 0 || j.pid != 0 && j.pid != pid:
+		return fmt.Errorf("set pid %d of job %s: %w", pid, j.id, ErrInvalidPID)
+	}
+	j.pid = pid
+	return nil
+}
+
+// Output appends the bytes the job wrote, exactly as read from its pipe: to the capture
+// and to the count under the job's truncation. After the end it keeps nothing and
+// returns an ErrEnded error (counted in Late).
+func (j *Job) Output(p []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.end != nil {
+		j.late.Outputs++
+		j.late.Bytes += int64(len(p))
+		return fmt.Errorf("output of job %s: %w", j.id, ErrEnded)
+	}
+	if _, err := j.capture.Write(p); err != nil {
+		return fmt.Errorf("output of job %s: %w", j.id, err)
+	}
+	_, _ = j.bounder.Write(p) // never fails before the end
+	return nil
+}
+
+// Finish records the job's one end, as its owner reports it. The first valid end wins:
+// it closes the capture and Done, and Killed is set when a Kill came before it. A later
+// end is ignored (ErrEnded, counted in Late); an invalid end is refused (ErrInvalidEnd)
+// and changes nothing.
+func (j *Job) Finish(end End) error {
+	if err := end.validate(); err != nil {
+		return fmt.Errorf("finish job %s: %w", j.id, err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.end != nil {
+		j.late.Ends++
+		return fmt.Errorf("finish job %s: %w", j.id, ErrEnded)
+	}
+	e := end.clone()
+	e.Killed = e.Killed || j.killed || j.killing > 0
+	j.end, j.endAt = &e, j.clock.Now()
+	_ = j.capture.Close() // a close failure is recorded in the capture's stat
+	close(j.done)
+	return nil
+}
+
+// End returns the job's end and true once it has ended.
+func (j *Job) End() (End, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.end == nil {
+		return End{}, false
+	}
+	return j.end.clone(), true
+}
+
+// Kill asks the job's owner to stop it. It does not end the job: the owner reports the
+// end through Finish, which then marks it Killed. Killing an ended job does nothing and
+// returns an ErrEnded error. The owner's error is returned wrapped.
+func (j *Job) Kill(ctx context.Context) error {
+	j.mu.Lock()
+	if j.end != nil {
+		j.late.Other++
+		j.mu.Unlock()
+		return fmt.Errorf("kill job %s: %w", j.id, ErrEnded)
+	}
+	j.killing++
+	j.mu.Unlock()
+
+	err := j.owner.Kill(ctx)
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.killing--
+	if err != nil {
+		return fmt.Errorf("kill job %s: %w", j.id, err)
+	}
+	j.killed = true
+	return nil
+}
+
+// Late returns the events ignored because they came after the end.
+func (j *Job) Late() Late {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.late
+}
+
+// Output so far, bounded by the job's truncation; Where names the job.
+func (j *Job) soFar() output.Result {
+	r := j.bounder.Snapshot()
+	if r.Truncated() {
+		r.Where = "job " + j.id.String() + " (read its output by offset and limit)"
+	}
+	return r
+}
+
+// Snapshot is a job's state at one moment.
+type Snapshot struct {
+	ID      ID
+	Command string
+	PID     int // 0: unknown
+	Started time.Time
+	// End is the job's end, or nil while it runs.
+	End *End
+	// Output is the output so far, bounded by the job's truncation.
+	Output output.Result
+}
+
+// Snapshot returns the job's state now.
+func (j *Job) Snapshot() Snapshot {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := Snapshot{ID: j.id, Command: j.command, PID: j.pid, Started: j.started, Output: j.soFar()}
+	if j.end != nil {
+		e := j.end.clone()
+		s.End = &e
+	}
+	return s
+}

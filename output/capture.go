@@ -1,0 +1,254 @@
+package output
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// Retention defaults of a Capture, and the page size of its reads.
+const (
+	DefaultPrefixBytes = 1 << 20             // kept in memory from offset 0
+	DefaultTailBytes   = 64 << 10            // the rolling last bytes kept in memory
+	DefaultSpillLimit  = 16 << 20            // bytes kept on disk, from offset 0
+	MaxPage            = 64 << 10            // the most one ReadPage returns
+	SpillKeep          = 14 * 24 * time.Hour // spill files older than this are pruned
+)
+
+// CaptureOptions configure a Capture. Zero fields take the defaults.
+type CaptureOptions struct {
+	// SpillDir is a private directory (see PrepareDir) for the spill file. Empty: no
+	// spill; bytes past the prefix are kept only while they are in the tail.
+	SpillDir string
+	// PrefixBytes is how many bytes from offset 0 stay in memory (DefaultPrefixBytes).
+	PrefixBytes int64
+	// TailBytes is how many of the last bytes stay in memory once the output is longer
+	// than the prefix (DefaultTailBytes).
+	TailBytes int64
+	// SpillLimit is how many bytes from offset 0 the spill file holds at most
+	// (DefaultSpillLimit); later bytes are counted, not kept, except in the tail.
+	SpillLimit int64
+}
+
+// Capture is the retained output of one cell or job: the first PrefixBytes in memory
+// and, once more than that has arrived, the last TailBytes in a rolling tail. Past the
+// prefix it spills to a private (0600) file holding every byte from offset 0 up to
+// SpillLimit. Seen counts every byte written.
+//
+// Write is never held up by readers: a reader holds the capture's lock only to copy at
+// most one page from memory, and reads the spill file outside it. Writes may come from
+// several goroutines; they are applied in the order they take the lock. ReadPage, Stat and
+// Save may be called at any time from any goroutine, also while writes go on.
+//
+// A spill failure (create or write) does not stop the writer: it is recorded, the spill
+// file is removed, and pages beyond the retained prefix (and Save) then refuse.
+type Capture struct {
+	prefixCap, tailCap, spillCap int64
+	dir                          string
+
+	wmu   sync.Mutex // serializes writers and Close; guards spill
+	spill *os.File
+
+	mu        sync.Mutex // guards what follows
+	seen      int64
+	prefix    []byte // bytes [0, len(prefix)); appended to only
+	ring      []byte // bytes [max(prefixCap, seen-tailCap), seen) at (off-prefixCap)%tailCap
+	spillPath string
+	spilled   int64 // bytes [0, spilled) are in the spill file
+	spillErr  error
+	closed    bool
+}
+
+// NewCapture returns an empty, open Capture. It refuses a spill directory that is not
+// private (ErrNotPrivate) and negative sizes (ErrInvalidRange); it creates no file until
+// the output passes the prefix.
+func NewCapture(opts CaptureOptions) (*Capture, error) {
+	c := &Capture{prefixCap: opts.PrefixBytes, tailCap: opts.TailBytes, spillCap: opts.SpillLimit, dir: opts.SpillDir}
+	if c.prefixCap == 0 {
+		c.prefixCap = DefaultPrefixBytes
+	}
+	if c.tailCap == 0 {
+		c.tailCap = DefaultTailBytes
+	}
+	if c.spillCap == 0 {
+		c.spillCap = DefaultSpillLimit
+	}
+	if c.prefixCap < 0 || c.tailCap < 0 || c.spillCap < 0 {
+		return nil, fmt.Errorf("new capture: sizes %d/%d/%d: %w", c.prefixCap, c.tailCap, c.spillCap, ErrInvalidRange)
+	}
+	if c.spillCap < c.prefixCap {
+		c.spillCap = c.prefixCap
+	}
+	if c.dir != "" {
+		if err := checkPrivateDir(c.dir); err != nil {
+			return nil, fmt.Errorf("new capture: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Write appends p. It consumes all of p and returns len(p), nil, whatever happens to the
+// spill; after Close it returns 0 and an ErrClosed error and keeps nothing.
+func (c *Capture) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	closed, start, spillErr := c.closed, c.seen, c.spillErr
+	c.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("write capture: %w", ErrClosed)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	end := start + int64(len(p))
+
+	// Disk first, outside c.mu: readers only ever see spilled bytes that are written.
+	spilled, spillPath := int64(-1), ""
+	if c.dir != "" && spillErr == nil && end > c.prefixCap && start < c.spillCap {
+		if c.spill == nil {
+			spillErr = c.openSpill(start) // writes the prefix [0, start)
+			spillPath = c.spillName()
+		}
+		if spillErr == nil {
+			n := min(end, c.spillCap) - start
+			if _, err := c.spill.Write(p[:n]); err != nil {
+				spillErr = c.failSpill(fmt.Errorf("write spill: %w", err))
+			} else {
+				spilled = start + n
+			}
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if spillPath != "" && spillErr == nil {
+		c.spillPath = spillPath
+	}
+	if spillErr != nil && c.spillErr == nil {
+		c.spillErr = spillErr
+		c.spillPath = ""
+	}
+	if spilled >= 0 && c.spillErr == nil {
+		c.spilled = spilled
+	}
+	if start < c.prefixCap {
+		n := min(end, c.prefixCap) - start
+		c.prefix = append(c.prefix, p[:n]...)
+	}
+	if end > c.prefixCap && c.tailCap > 0 {
+		if c.ring == nil {
+			c.ring = make([]byte, c.tailCap)
+		}
+		from := max(start, c.prefixCap, end-c.tailCap) // the first byte of p the ring keeps
+		q := p[from-start:]
+		pos := (from - c.prefixCap) % c.tailCap
+		for len(q) > 0 {
+			n := copy(c.ring[pos:], q)
+			q = q[n:]
+			pos = 0
+		}
+	}
+	c.seen = end
+	return len(p), nil
+}
+
+// spillName is the spill file's path; the caller holds wmu and spill is open.
+func (c *Capture) spillName() string {
+	if c.spill == nil {
+		return ""
+	}
+	return c.spill.Name()
+}
+
+// openSpill creates the spill file and writes the first n bytes (all in the prefix) to
+// it. The caller holds wmu.
+func (c *Capture) openSpill(n int64) error {
+	f, err := os.CreateTemp(c.dir, "kennel-spill-*")
+	if err != nil {
+		return fmt.Errorf("create spill: %w", err)
+	}
+	c.spill = f
+	c.mu.Lock()
+	head := c.prefix[:n:n] // prefix bytes below n never change
+	c.mu.Unlock()
+	if _, err := f.Write(head); err != nil {
+		return c.failSpill(fmt.Errorf("write spill: %w", err))
+	}
+	return nil
+}
+
+// failSpill closes and removes the spill file and returns err. The caller holds wmu.
+func (c *Capture) failSpill(err error) error {
+	if c.spill != nil {
+		_ = c.spill.Close()
+		_ = os.Remove(c.spill.Name())
+		c.spill = nil
+	}
+	return err
+}
+
+// Close ends the output: later writes fail, reads at the end report EOF, and Save may
+// run. It closes the spill file's writer (the file stays for reads and is removed only by
+// Prune). Close is idempotent; it returns an error only when closing the spill file
+// failed, which is also recorded as a spill failure.
+func (c *Capture) Close() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var err error
+	if c.spill != nil {
+		if cerr := c.spill.Close(); cerr != nil {
+			err = fmt.Errorf("close spill: %w", cerr)
+		}
+		c.spill = nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil && c.spillErr == nil {
+		c.spillErr = err
+	}
+	c.closed = true
+	return err
+}
+
+// CaptureStat describes a Capture at one moment.
+type CaptureStat struct {
+	// Seen counts every byte written.
+	Seen int64
+	// Closed reports that writing has ended.
+	Closed bool
+	// Retained is the readable prefix [0, Retained): the memory prefix, or the spill file
+	// when it holds more.
+	Retained int64
+	// TailFrom is where the in-memory tail starts: [TailFrom, Seen) is readable too.
+	// It equals Seen when there is no tail.
+	TailFrom int64
+	// Complete reports that every byte in [0, Seen) is readable.
+	Complete bool
+	// SpillPath is the spill file, or "" when there is none (no spill yet, or it failed).
+	SpillPath string
+	// SpillErr is why the spill failed, or nil.
+	SpillErr error
+}
+
+// Stat returns what the capture holds now.
+func (c *Capture) Stat() CaptureStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.statLocked()
+}
+
+func (c *Capture) statLocked() CaptureStat {
+	s := CaptureStat{Seen: c.seen, Closed: c.closed, SpillPath: c.spillPath, SpillErr: c.spillErr}
+	s.Retained = int64(len(c.prefix))
+	if c.spillErr == nil && c.spilled > s.Retained {
+		s.Retained = c.spilled
+	}
+	s.TailFrom = c.seen
+	if c.seen > c.prefixCap && c.tailCap > 0 {
+		s.TailFrom = max(c.prefixCap, c.seen-c.tailCap)
+	}
+	s.Complete = s.Retained >= s.TailFrom
+	return s
+}

@@ -1,0 +1,56 @@
+package protocol
+
+// Code is the machine-readable error code a host_reply carries. Errors cross the
+// boundary as a Code; the message beside it is for people and is never matched.
+type Code string
+
+// The codes of protocol version 1.
+const (
+	// CodeTooLarge: the host request's line was over MaxLine (from the gate).
+	CodeTooLarge Code = "too_large"
+	// CodeUnserved: no handler serves the request's type (from the gate).
+	CodeUnserved Code = "unserved"
+	// CodeNoType: the request has no type in its head (from the gate).
+	CodeNoType Code = "no_type"
+	// CodeDuplicate: the request's id is already in use (from the gate); the reply has
+	// status "duplicate".
+	CodeDuplicate Code = "duplicate"
+	// CodeInvalid: bad arguments.
+	CodeInvalid Code = "invalid"
+	// CodeOutside: a path outside every mount (a path refusal, with reason and version).
+	CodeOutside Code = "outside"
+	// CodeReadOnly: a write to a read-only mount (a path refusal, with reason and version).
+	CodeReadOnly Code = "read_only"
+	// CodeNotFound: the named thing does not exist.
+	CodeNotFound Code = "not_found"
+	// CodeBinary: a text operation on a binary file.
+	CodeBinary Code = "binary"
+	// CodeNoMatch: an edit or search found nothing.
+	CodeNoMatch Code = "no_match"
+	// CodeAmbiguous: an edit matched more than once.
+	CodeAmbiguous Code = "ambiguous"
+	// CodeLoop: a symlink loop.
+	CodeLoop Code = "loop"
+	// CodeInternal: the host failed; not the kernel's fault.
+	CodeInternal Code = "internal"
+)
+
+// Codes lists every Code of protocol version 1, in the order above.
+func Codes() []Code {
+	return []Code{
+		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
+		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
+		CodeInternal,
+	}
+}
+
+// Valid reports whether c is one of the codes of protocol version 1.
+func (c Code) Valid() bool {
+	switch c {
+	case CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
+		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
+		CodeInternal:
+		return true
+	}
+	return false
+}

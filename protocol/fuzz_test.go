@@ -1,0 +1,53 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzDecodeEvent: on any bytes the decoders never panic, every error is a *FrameError of
+// one class, and a line that decodes is valid UTF-8 and valid JSON.
+func FuzzDecodeEvent(f *testing.F) {
+	seeds := []string{
+		`{"event":"hello","id":"","protocol":1,"pid":42,"pgid":42,"python":"3.11.7","bundle":"` + bundle + `"}`,
+		`{"event":"stream","id":"c1","name":"stdout","text":"42\n"}`,
+		`{"event":"display","id":"c1","data":{"text/plain":"x"}}`,
+		`{"event":"done","id":"c2","status":"error","result":null,"error":{"ename":"E","evalue":"v","traceback":["a"]}}`,
+		`{"event":"host_request","id":"h7","type":"fs.read","cell":"c3","args":{"path":"/w/a"}}`,
+		`{"event":"job_start","id":"j1","pid":100,"pgid":100,"command":"sleep 1"}`,
+		`{"event":"job_output","id":"j1","name":"stderr","data":"/wBvaw=="}`,
+		`{"event":"job_end","id":"j1","exit_code":null,"signal":9}`,
+		`{"event":"log","id":"","level":"warning","message":"slow"}`,
+		`{"event":"log","id":"","event":"log"}`, `[]`, `{`, "\xff",
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		ev, err := DecodeEvent(line)
+		if err != nil {
+			var fe *FrameError
+			if !errors.As(err, &fe) {
+				t.Fatalf("%q: error %T %v is not a *FrameError", line, err, err)
+			}
+			n := 0
+			for _, c := range []error{ErrMalformed, ErrWrongEvent, ErrBadField} {
+				if errors.Is(err, c) {
+					n++
+				}
+			}
+			if n != 1 || ev != nil {
+				t.Fatalf("%q: %v in %d classes, event %v", line, err, n, ev)
+			}
+			return
+		}
+		if !utf8.Valid(line) || !json.Valid(line) {
+			t.Fatalf("%q decoded as %#v", line, ev)
+		}
+		if dec := typedDecoders[ev.EventName()]; dec == nil {
+			t.Fatalf("%q: unknown event %q", line, ev.EventName())
+		}
+	})
+}

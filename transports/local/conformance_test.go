@@ -1,0 +1,58 @@
+package local_test
+
+import (
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/local"
+	"github.com/kennel-dev/kennel/transports/transporttest"
+)
+
+// python returns the real interpreter, resolved once per test binary run, or skips
+// (fails under CI=true) when there is none.
+var python = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", err
+	}
+	return string(out[:len(out)-1]), nil
+})
+
+func needPython(t testing.TB) string {
+	t.Helper()
+	p, err := python()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3 is required: %v", err)
+		}
+		t.Skipf("python3 not found: %v", err)
+	}
+	for _, tool := range []string{"sleep", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is required: %v", tool, err)
+			}
+			t.Skipf("%s not found: %v", tool, err)
+		}
+	}
+	return p
+}
+
+// newTransport makes a Transport with a private bundle cache and short graces.
+func newTransport(t testing.TB) *local.Transport {
+	p := needPython(t)
+	return local.New(local.Options{
+		CacheDir:   t.TempDir(),
+		Python:     p,
+		StdinGrace: 500 * time.Millisecond,
+		TermGrace:  500 * time.Millisecond,
+	})
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transports.Transport { return newTransport(t) })
+}

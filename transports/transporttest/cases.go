@@ -1,0 +1,340 @@
+package transporttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// testCase is one row of the conformance table.
+type testCase struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}
+
+var cases = []testCase{
+	{"Hello", testHello},
+	{"CellRoundTrip", testCellRoundTrip},
+	{"Env", testEnv},
+	{"HostEnv", testHostEnv},
+	{"Cwd", testCwd},
+	{"StdinEOF", testStdinEOF},
+	{"KillLeavesNothing", testKillLeavesNothing},
+	{"KillBusyKernel", testKillBusyKernel},
+	{"KillTwiceAndConcurrently", testKillTwice},
+	{"SignalDeath", testSignalDeath},
+	{"StartFailures", testStartFailures},
+}
+
+func testHello(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	ss := s.start(t, tr, s.spec(t))
+	f := ss.hello(t, s.bundle)
+	info := ss.k.Info()
+	if info.Transport != tr.Name() {
+		t.Errorf("Info.Transport %q, want %q", info.Transport, tr.Name())
+	}
+	caps := tr.Capabilities()
+	if info.HostPIDs != caps.HostPIDs {
+		t.Errorf("Info.HostPIDs %v, Capabilities.HostPIDs %v", info.HostPIDs, caps.HostPIDs)
+	}
+	pid, _ := f.fields["pid"].(float64)
+	if caps.HostPIDs {
+		if int(pid) != info.PID {
+			t.Errorf("hello pid %v, Info.PID %d", pid, info.PID)
+		}
+		if _, ok := identify(info.PID); !ok {
+			t.Errorf("Info.PID %d is not a live host process", info.PID)
+		}
+	} else if info.PID != 0 {
+		t.Errorf("Info.PID %d, want 0 without host pids", info.PID)
+	}
+}
+
+func testCellRoundTrip(t *testing.T, s *suite) {
+	ss := s.start(t, s.newTransport(t), s.spec(t))
+	ss.hello(t, s.bundle)
+	done, out := ss.execute(t, "print('hi from the kernel')\n6 * 7")
+	if done.str("status") != "ok" || done.str("result") != "42" {
+		t.Fatalf("done %s: want status ok, result 42", done.raw)
+	}
+	if out != "hi from the kernel\n" {
+		t.Errorf("stdout %q", out)
+	}
+	// Cells share one namespace and run in order.
+	ss.value(t, "x = 5")
+	if got := ss.value(t, "x + 1"); got != "6" {
+		t.Errorf("x + 1 = %s, want 6", got)
+	}
+	done, _ = ss.execute(t, "1/0")
+	if done.str("status") != "error" {
+		t.Errorf("a failing cell: %s", done.raw)
+	}
+}
+
+func randomValue() string { return fmt.Sprintf("v%016x", rand.Uint64()) }
+
+func testEnv(t *testing.T, s *suite) {
+	v := randomValue()
+	ss := s.start(t, s.newTransport(t), s.spec(t, "KENNEL_TT_VALUE="+v, "KENNEL_TT_EMPTY="))
+	ss.hello(t, s.bundle)
+	if got := ss.value(t, "import os\nos.environ['KENNEL_TT_VALUE']"); got != "'"+v+"'" {
+		t.Errorf("KENNEL_TT_VALUE in the kernel: %s, want '%s'", got, v)
+	}
+	if got := ss.value(t, "os.environ.get('KENNEL_TT_EMPTY')"); got != "''" {
+		t.Errorf("KENNEL_TT_EMPTY in the kernel: %s, want ''", got)
+	}
+}
+
+func testHostEnv(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	v := randomValue()
+	t.Setenv("KENNEL_TT_HOST", v)
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	got := ss.value(t, "import os\nos.environ.get('KENNEL_TT_HOST')")
+	if tr.Capabilities().HostEnv {
+		if got != "'"+v+"'" {
+			t.Errorf("host variable in the kernel: %s, want '%s'", got, v)
+		}
+	} else if got != "None" {
+		t.Errorf("host variable leaked into the kernel of a transport without HostEnv: %s", got)
+	}
+}
+
+func testCwd(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	sp := s.spec(t)
+	ss := s.start(t, tr, sp)
+	ss.hello(t, s.bundle)
+	got := ss.value(t, "import os\nos.getcwd()")
+	want := sp.Dir
+	if tr.Capabilities().SameFS {
+		if real, err := filepath.EvalSymlinks(want); err == nil {
+			want = real
+		}
+	}
+	if got != strconv.Quote(want) && got != "'"+want+"'" {
+		t.Errorf("cwd %s, want %q", got, want)
+	}
+}
+
+func testStdinEOF(t *testing.T, s *suite) {
+	ss := s.start(t, s.newTransport(t), s.spec(t))
+	ss.hello(t, s.bundle)
+	ss.value(t, "1")
+	if err := ss.k.Stdin().Close(); err != nil {
+		t.Fatal(err)
+	}
+	exit, err := ss.wait(t)
+	if err != nil || exit != (transports.Exit{Code: 0}) {
+		t.Fatalf("after stdin EOF: %+v, %v; want a clean exit 0, not killed", exit, err)
+	}
+	ss.rd.end(t, s.cfg.timeout)
+}
+
+// sleepers is a cell that starts three sleep 1000 processes that try to outlive the
+// kernel: a plain child, one in a new session (setsid), and a double-forked orphan. It
+// prints their pids.
+const sleepers = `import subprocess
+_a = subprocess.Popen(["sleep", "1000"])
+_b = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+_c = subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True).stdout.strip()
+print(_a.pid, _b.pid, _c)
+`
+
+// startSleepers runs the sleepers cell and returns the processes (empty without host pids).
+func (ss *session) startSleepers(t *testing.T) []proc {
+	t.Helper()
+	done, out := ss.execute(t, sleepers)
+	if done.str("status") != "ok" {
+		t.Fatalf("sleepers cell: %s", done.raw)
+	}
+	fields := strings.Fields(out)
+	if len(fields) != 3 {
+		t.Fatalf("sleepers printed %q, want 3 pids", out)
+	}
+	if !ss.tr.Capabilities().HostPIDs {
+		return nil
+	}
+	var ps []proc
+	for _, f := range fields {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("sleepers printed %q", out)
+		}
+		p, ok := identify(pid)
+		if !ok {
+			t.Fatalf("sleeper %d is not alive before the kill", pid)
+		}
+		ps = append(ps, p)
+	}
+	k, ok := identify(ss.k.Info().PID)
+	if !ok {
+		t.Fatalf("kernel %d is not alive before the kill", ss.k.Info().PID)
+	}
+	return append(ps, k)
+}
+
+// assertGone fails the test for every process still alive (and kills it).
+func assertGone(t *testing.T, ps []proc) {
+	t.Helper()
+	for _, p := range ps {
+		if p.alive() {
+			t.Errorf("process %d outlived the kernel", p.pid)
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func testKillLeavesNothing(t *testing.T, s *suite) {
+	ss := s.start(t, s.newTransport(t), s.spec(t))
+	ss.hello(t, s.bundle)
+	ps := ss.startSleepers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	if err := ss.k.Kill(ctx); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	exit, err := ss.wait(t)
+	if err != nil || !exit.Killed {
+		t.Fatalf("after Kill: %+v, %v; want Killed", exit, err)
+	}
+	if len(ps) == 0 {
+		t.Log("no host pids: the sleepers' end is not checked")
+	}
+	assertGone(t, ps)
+	ss.rd.end(t, s.cfg.timeout)
+}
+
+// A cell that holds the kernel's main thread does not hold off Kill: the stages go on
+// to signals.
+func testKillBusyKernel(t *testing.T, s *suite) {
+	ss := s.start(t, s.newTransport(t), s.spec(t))
+	ss.hello(t, s.bundle)
+	ps := ss.startSleepers(t)
+	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: "busy", Code: "while True: pass"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	if err := ss.k.Kill(ctx); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	exit, err := ss.wait(t)
+	if err != nil || !exit.Killed {
+		t.Fatalf("after Kill: %+v, %v; want Killed", exit, err)
+	}
+	assertGone(t, ps)
+}
+
+func testKillTwice(t *testing.T, s *suite) {
+	ss := s.start(t, s.newTransport(t), s.spec(t))
+	ss.hello(t, s.bundle)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	exits := make([]transports.Exit, 4)
+	errs := make([]error, 8)
+	for i := range 4 {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs[i] = ss.k.Kill(ctx) }()
+		go func() { defer wg.Done(); exits[i], errs[4+i] = ss.k.Wait() }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	for i, e := range exits {
+		if e != exits[0] || !e.Killed {
+			t.Errorf("Wait %d: %+v, want Killed and the same as %+v", i, e, exits[0])
+		}
+	}
+	if err := ss.k.Kill(ctx); err != nil {
+		t.Errorf("Kill after the end: %v", err)
+	}
+	if e, err := ss.k.Wait(); e != exits[0] || err != nil {
+		t.Errorf("Wait after the end: %+v, %v", e, err)
+	}
+	// Once the end is confirmed, Kill says so even with a context that has ended.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if err := ss.k.Kill(done); err != nil {
+		t.Errorf("Kill with an ended context after the end: %v", err)
+	}
+}
+
+func testSignalDeath(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	if !tr.Capabilities().HostPIDs {
+		t.Skip("needs host pids: a wrapper may report a signal death as an exit code")
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: "die", Code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}); err != nil {
+		t.Fatal(err)
+	}
+	exit, err := ss.wait(t)
+	want := transports.Exit{Code: -1, Signal: int(syscall.SIGKILL)}
+	if err != nil || exit != want {
+		t.Fatalf("kernel killed by SIGKILL: %+v, %v; want %+v", exit, err, want)
+	}
+}
+
+func testStartFailures(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if k, err := tr.Start(ctx, s.spec(t)); err == nil {
+		_ = k.Kill(context.Background())
+		_, _ = k.Wait()
+		t.Errorf("Start with a cancelled context succeeded")
+	}
+	if tr.Capabilities().SameFS {
+		sp := s.spec(t)
+		sp.Dir = filepath.Join(sp.Dir, "missing")
+		if k, err := tr.Start(context.Background(), sp); err == nil {
+			_ = k.Kill(context.Background())
+			_, _ = k.Wait()
+			t.Errorf("Start in a missing directory succeeded")
+		}
+	}
+	// A missing interpreter: Start refuses with ErrUnavailable, or (a transport that
+	// cannot look before it starts) the kernel ends by itself without a hello.
+	sp := s.spec(t)
+	sp.Python = "/nonexistent/python3"
+	k, err := tr.Start(context.Background(), sp)
+	if err != nil {
+		if !errors.Is(err, transports.ErrUnavailable) {
+			t.Errorf("Start with a missing interpreter: %v, want transports.ErrUnavailable", err)
+		}
+		return
+	}
+	rd := newReader(k.Stdout())
+	ss := &session{tr: tr, k: k, rd: rd, d: s.cfg.timeout}
+	exit, err := ss.wait(t)
+	if err == nil && exit.Code == 0 && exit.Signal == 0 {
+		t.Errorf("kernel with a missing interpreter: %+v, want a failure", exit)
+	}
+	select {
+	case f, ok := <-rd.frames:
+		if ok {
+			t.Errorf("kernel with a missing interpreter wrote %s", f.raw)
+		}
+	case <-time.After(s.cfg.timeout):
+		t.Errorf("stdout of a kernel with a missing interpreter did not end")
+	}
+	// A failed Start leaves nothing: the case's cleanup counts the children.
+}

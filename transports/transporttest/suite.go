@@ -1,0 +1,244 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Option adjusts the suite.
+type Option func(*config)
+
+type config struct {
+	spec    func(t *testing.T, s *transports.Spec)
+	timeout time.Duration
+}
+
+// WithSpec lets a transport adjust every Spec the suite starts a kernel from, after the
+// suite filled it in: a sandbox's own Dir (which must exist and be writable there), its
+// Python. It must keep the suite's SessionID and Env entries.
+func WithSpec(f func(t *testing.T, s *transports.Spec)) Option {
+	return func(c *config) { c.spec = f }
+}
+
+// WithTimeout bounds each wait of the suite (a frame, an end). Default 30 s.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.timeout = d }
+}
+
+// Run runs the conformance table against the transport newTransport makes; each case
+// gets a fresh Transport. Cases run one after another, never in parallel: the suite
+// counts the test process's children around each one.
+func Run(t *testing.T, newTransport func(t *testing.T) transports.Transport, opts ...Option) {
+	cfg := config{timeout: 30 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatalf("embedded stub: %v", err)
+	}
+	s := &suite{cfg: cfg, newTransport: newTransport, bundle: b.Hash()}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := childrenOf(os.Getpid())
+			t.Cleanup(func() { s.noLeftovers(t, before) })
+			c.run(t, s)
+		})
+	}
+}
+
+type suite struct {
+	cfg          config
+	newTransport func(t *testing.T) transports.Transport
+	bundle       string
+}
+
+// session is one kernel started by a case.
+type session struct {
+	tr     transports.Transport
+	spec   transports.Spec
+	k      transports.Kernel
+	rd     *reader
+	stderr *boundedBuffer
+	seq    int
+	d      time.Duration
+}
+
+// spec is the Spec a case starts from: a fresh directory, the test's name as session.
+func (s *suite) spec(t *testing.T, env ...string) transports.Spec {
+	sp := transports.Spec{
+		SessionID: "tt-" + strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()),
+		Dir:       t.TempDir(),
+		Env:       env,
+	}
+	if s.cfg.spec != nil {
+		s.cfg.spec(t, &sp)
+	}
+	return sp
+}
+
+// start starts a kernel and registers its Kill and Wait for the end of the test.
+func (s *suite) start(t *testing.T, tr transports.Transport, sp transports.Spec) *session {
+	t.Helper()
+	stderr := &boundedBuffer{limit: 64 << 10}
+	sp.Stderr = stderr
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	k, err := tr.Start(ctx, sp)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	ss := &session{tr: tr, spec: sp, k: k, rd: newReader(k.Stdout()), stderr: stderr, d: s.cfg.timeout}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+		defer cancel()
+		if err := k.Kill(ctx); err != nil {
+			t.Errorf("cleanup kill: %v", err)
+		}
+		if _, err := k.Wait(); err != nil {
+			t.Errorf("cleanup wait: %v", err)
+		}
+		ss.rd.end(t, s.cfg.timeout)
+		if t.Failed() {
+			t.Logf("kernel stderr:\n%s", stderr.String())
+		}
+	})
+	return ss
+}
+
+// hello reads the first frame and checks it is the protocol's hello.
+func (ss *session) hello(t *testing.T, bundle string) frame {
+	t.Helper()
+	f := ss.rd.next(t, ss.d)
+	if f.event() != "hello" || f.id() != "" {
+		t.Fatalf("first frame %s: want a hello with id \"\"", f.raw)
+	}
+	if p, _ := f.fields["protocol"].(float64); p != 1 {
+		t.Errorf("hello protocol %v, want 1", f.fields["protocol"])
+	}
+	if got := f.str("bundle"); got != bundle {
+		t.Errorf("hello bundle %q, want %q", got, bundle)
+	}
+	if v := f.str("python"); len(strings.Split(v, ".")) != 3 {
+		t.Errorf("hello python %q, want major.minor.micro", v)
+	}
+	pid, _ := f.fields["pid"].(float64)
+	pgid, _ := f.fields["pgid"].(float64)
+	if pid < 1 || pgid != pid {
+		t.Errorf("hello pid %v pgid %v: want a kernel leading its own process group", pid, pgid)
+	}
+	return f
+}
+
+// execute runs one cell and returns its done frame and the text it wrote to stdout.
+func (ss *session) execute(t *testing.T, code string) (done frame, stdout string) {
+	t.Helper()
+	ss.seq++
+	id := fmt.Sprintf("c%d", ss.seq)
+	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: id, Code: code}); err != nil {
+		t.Fatalf("write execute: %v", err)
+	}
+	var out strings.Builder
+	for {
+		f := ss.rd.next(t, ss.d)
+		switch {
+		case f.event() == "stream" && f.id() == id && f.str("name") == "stdout":
+			out.WriteString(f.str("text"))
+		case f.event() == "done" && f.id() == id:
+			return f, out.String()
+		}
+	}
+}
+
+// value runs a cell that must succeed and returns the repr of its final expression.
+func (ss *session) value(t *testing.T, code string) string {
+	t.Helper()
+	done, _ := ss.execute(t, code)
+	if done.str("status") != "ok" {
+		t.Fatalf("cell %q: %s", code, done.raw)
+	}
+	return done.str("result")
+}
+
+// wait waits for the kernel's end, failing the test after the suite's timeout.
+func (ss *session) wait(t *testing.T) (transports.Exit, error) {
+	t.Helper()
+	type result struct {
+		exit transports.Exit
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		e, err := ss.k.Wait()
+		ch <- result{e, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.exit, r.err
+	case <-time.After(ss.d):
+		t.Fatalf("Wait did not return within %v", ss.d)
+	}
+	return transports.Exit{}, nil
+}
+
+// noLeftovers fails the test if it left a child process of the test process behind.
+func (s *suite) noLeftovers(t *testing.T, before map[proc]bool) {
+	deadline := time.Now().Add(s.cfg.timeout)
+	for {
+		var left []proc
+		for p := range childrenOf(os.Getpid()) {
+			if !before[p] {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		// A Wait that returned has reaped its process; allow the runtime to finish
+		// reaping children of transports that wait in the background.
+		if time.Now().After(deadline) {
+			t.Errorf("child processes left behind: %v", left)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// boundedBuffer keeps the first limit bytes written to it; safe for concurrent use.
+type boundedBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	limit   int
+	dropped int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	room := b.limit - b.buf.Len()
+	if room < len(p) {
+		b.dropped += len(p) - max(room, 0)
+		p = p[:max(room, 0)]
+	}
+	b.buf.Write(p)
+	return n, nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dropped > 0 {
+		return fmt.Sprintf("%s\n[%d bytes dropped]", b.buf.String(), b.dropped)
+	}
+	return b.buf.String()
+}

@@ -1,0 +1,408 @@
+package workspaces
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// CreateOptions configures Create. The zero value of each optional field is documented.
+type CreateOptions struct {
+	// State is kennel's state directory; the workspace goes under State/workspaces.
+	// Required.
+	State string
+	// ID names the workspace among its parent's (see ValidID). Empty: a random id.
+	ID string
+	// MaxFiles is the most files a copy takes. Zero: MaxFiles (100,000).
+	MaxFiles int
+	// Workers is the number of files copied at once. Zero: 8 (the work waits on the disk
+	// more than on a CPU).
+	Workers int
+	// Logger receives the one warning of a copy that could not clone. Nil: slog.Default().
+	Logger *slog.Logger
+	// Progress, when not nil, is called from another goroutine every 100 ms or so while
+	// files are copied, and once at the end. It must not block.
+	Progress func(Progress)
+}
+
+// Progress says how far a Create or HandBack is.
+type Progress struct {
+	// Phase is "list", "copy", "scan" or "apply".
+	Phase string
+	// Done and Total count the phase's paths; Total is 0 while unknown.
+	Done, Total int
+}
+
+// CreateResult describes a created workspace and how its copy was made.
+type CreateResult struct {
+	Workspace
+	// Git reports whether git listed the parent's files (else the .gitignore walk did).
+	Git bool
+	// Files and Symlinks count the copied paths (each copied twice: base and child).
+	Files, Symlinks int
+	// Cloned and Copied count the file copies (two per file) made by sharing extents
+	// (FICLONE) and by copying bytes.
+	Cloned, Copied int
+	// Bytes is the total size of the copied files (once).
+	Bytes int64
+}
+
+// Create makes an isolated workspace for a child of the parent directory: two copies of
+// its tracked and untracked-not-ignored files (listed by git in a work tree, else by the
+// tree's .gitignore files), the base (as the child found it) and the child's working copy
+// (Workspace.Path). It never copies .git or an ignored directory; symlinks are copied as
+// symlinks and file modes are kept. Files are cloned (FICLONE) where the file system can,
+// else copied, and a copy that copied any bytes logs one warning with both counts. Each
+// copied entry's stat is recorded in the workspace's manifest (mode 0600), so a hand-back
+// tells unchanged files without reading them.
+//
+// More than opts.MaxFiles files fail with a *TooManyFilesError (ErrTooManyFiles) that names
+// the shared mode; a taken id fails with ErrExists. A failed Create leaves nothing behind.
+func Create(ctx context.Context, parent string, opts CreateOptions) (*CreateResult, error) {
+	if opts.State == "" {
+		return nil, errors.New("create workspace: no state directory")
+	}
+	if opts.ID == "" {
+		var b [6]byte
+		rand.Read(b[:])
+		opts.ID = hex.EncodeToString(b[:])
+	}
+	if err := ValidID(opts.ID); err != nil {
+		return nil, fmt.Errorf("create workspace: %w", err)
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = MaxFiles
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	abs, err := filepath.Abs(parent)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
+	}
+	if st, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("create workspace %s: %w", parent, ErrNotDirectory)
+	}
+	state, err := filepath.Abs(opts.State)
+	if err != nil {
+		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
+	}
+	group := filepath.Join(state, "workspaces", ParentKey(abs))
+	if err := os.MkdirAll(group, 0o700); err != nil {
+		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
+	}
+	dir := filepath.Join(group, opts.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			err = ErrExists
+		}
+		return nil, fmt.Errorf("create workspace %s: %s: %w", parent, opts.ID, err)
+	}
+	res := &CreateResult{Workspace: Workspace{ID: opts.ID, Parent: abs, Dir: dir}}
+	if err := create(ctx, res, opts); err != nil {
+		removeTree(dir)
+		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
+	}
+	return res, nil
+}
+
+// create fills the claimed workspace directory res.Dir.
+func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
+	report := startProgress(opts.Progress, "list")
+	defer report.stop()
+	paths, git, err := listParent(ctx, res.Parent, opts.MaxFiles)
+	if err != nil {
+		return err
+	}
+	res.Git = git
+	src, err := openRoot(res.Parent)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	base, work := filepath.Join(res.Dir, baseName), filepath.Join(res.Dir, workName)
+
+	// Directories first, in path order; their modes once the files are in.
+	dirs := map[string]bool{}
+	for _, p := range paths {
+		for _, a := range ancestors(p) {
+			dirs[a] = true
+		}
+	}
+	dirList := slices.Sorted(func(yield func(string) bool) {
+		for d := range dirs {
+			if !yield(d) {
+				return
+			}
+		}
+	})
+	for _, top := range []string{base, work} {
+		if err := os.Mkdir(top, 0o700); err != nil {
+			return err
+		}
+	}
+	dirModes := map[string]fs.FileMode{}
+	for _, d := range dirList {
+		st, err := src.lstat(d)
+		if err != nil || kindOf(st.Mode) != KindDir {
+			continue // gone or no longer a directory: its files fail to open and are left out
+		}
+		if parentDir := path.Dir(d); parentDir != "." {
+			if _, ok := dirModes[parentDir]; !ok {
+				continue
+			}
+		}
+		dirModes[d] = permOf(st.Mode)
+		for _, top := range []string{base, work} {
+			if err := os.Mkdir(filepath.Join(top, filepath.FromSlash(d)), 0o700); err != nil {
+				return err
+			}
+		}
+	}
+
+	start, err := fsClock(res.Dir)
+	if err != nil {
+		return err
+	}
+
+	// Files, in parallel.
+	report.set("copy", len(paths))
+	entries := make([]mentry, len(paths))
+	kept := make([]bool, len(paths))
+	var cloned, copied atomic.Int64
+	jobs := make(chan int)
+	errs := make(chan error, opts.Workers)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				e, ok, nClone, err := copyEntry(src, base, work, paths[i])
+				if err != nil {
+					errs <- err
+					cancel()
+					for range jobs {
+					}
+					return
+				}
+				entries[i], kept[i] = e, ok
+				cloned.Add(int64(nClone))
+				if ok && e.Kind == KindFile {
+					copied.Add(int64(2 - nClone))
+				}
+				report.add(1)
+			}
+		}()
+	}
+	for i := range paths {
+		if ctx.Err() != nil {
+			break
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var m []mentry
+	for i, e := range entries {
+		if !kept[i] {
+			continue
+		}
+		m = append(m, e)
+		if e.Kind == KindFile {
+			res.Files++
+			res.Bytes += e.Size
+		} else {
+			res.Symlinks++
+		}
+	}
+	res.Cloned, res.Copied = int(cloned.Load()), int(copied.Load())
+
+	// Directory modes of the child's copy, deepest first (a read-only directory is
+	// written into before it gets its mode). The base stays private.
+	for _, d := range slices.Backward(dirList) {
+		if mode, ok := dirModes[d]; ok {
+			if err := os.Chmod(filepath.Join(work, filepath.FromSlash(d)), mode); err != nil {
+				return err
+			}
+		}
+	}
+	var newest int64
+	for _, e := range m {
+		newest = max(newest, e.Child.Ctime)
+	}
+	end, err := fsClockAfter(ctx, res.Dir, newest)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(res.Dir, manifestName), encodeManifest(start, end, m), false); err != nil {
+		return err
+	}
+	res.Created = time.Now().UTC()
+	data, _ := json.Marshal(info{Version: 1, ID: res.ID, Parent: res.Parent, Created: res.Created})
+	if err := writeAtomic(filepath.Join(res.Dir, infoName), data, false); err != nil {
+		return err
+	}
+	if res.Copied > 0 {
+		opts.Logger.Warn("workspace copy: the file system could not clone; bytes were copied",
+			"parent", res.Parent, "workspace", res.Dir, "cloned", res.Cloned, "copied", res.Copied)
+	}
+	return nil
+}
+
+// copyEntry copies the parent's entry rel into base and work. ok is false when rel is
+// gone, a directory or a special file (left out). cloned counts the copies (0 to 2) that
+// shared extents.
+func copyEntry(src *root, base, work, rel string) (e mentry, ok bool, cloned int, err error) {
+	st, err := src.lstat(rel)
+	if err != nil {
+		if absent(err) {
+			return e, false, 0, nil
+		}
+		return e, false, 0, err
+	}
+	e = mentry{Path: rel, Kind: kindOf(st.Mode)}
+	dsts := [2]string{filepath.Join(base, filepath.FromSlash(rel)), filepath.Join(work, filepath.FromSlash(rel))}
+	switch e.Kind {
+	case KindSymlink:
+		e.Parent = fingerprintOf(&st)
+		if e.Target, err = src.readlink(rel); err != nil {
+			return e, false, 0, err
+		}
+		e.Size = int64(len(e.Target))
+		for _, d := range dsts {
+			if err := os.Symlink(e.Target, d); err != nil {
+				return e, false, 0, err
+			}
+		}
+		var cst unix.Stat_t
+		if err := unix.Lstat(dsts[1], &cst); err != nil {
+			return e, false, 0, &fs.PathError{Op: "lstat", Path: dsts[1], Err: err}
+		}
+		e.Child = fingerprintOf(&cst)
+		return e, true, 0, nil
+	case KindFile:
+		f, err := src.open(rel)
+		if err != nil {
+			if absent(err) || errors.Is(err, unix.EINVAL) {
+				return e, false, 0, nil
+			}
+			return e, false, 0, err
+		}
+		defer f.Close()
+		var fst unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
+			return e, false, 0, &fs.PathError{Op: "fstat", Path: f.Name(), Err: err}
+		}
+		e.Parent, e.Mode, e.Size = fingerprintOf(&fst), permOf(fst.Mode), fst.Size
+		for i, d := range dsts {
+			c, cst, err := cloneTo(d, f, &fst)
+			if err != nil {
+				return e, false, 0, err
+			}
+			if c {
+				cloned++
+			}
+			if i == 1 {
+				e.Child = fingerprintOf(&cst)
+			}
+		}
+		return e, true, cloned, nil
+	}
+	return e, false, 0, nil
+}
+
+// cloneTo makes a new file at dst with the bytes, mode and times of the open file f (whose
+// status is st), and returns whether it shares f's extents and the new file's status.
+func cloneTo(dst string, f *os.File, st *unix.Stat_t) (bool, unix.Stat_t, error) {
+	var out unix.Stat_t
+	if _, err := f.Seek(0, 0); err != nil {
+		return false, out, err
+	}
+	d, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return false, out, err
+	}
+	cloned, err := copyInto(d, f)
+	if err == nil {
+		err = unix.Fchmod(int(d.Fd()), st.Mode&0o7777)
+	}
+	if err == nil {
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, dst, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if err == nil {
+		err = unix.Fstat(int(d.Fd()), &out)
+	}
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, out, fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	return cloned, out, nil
+}
+
+// fsClock reads the file system's clock in dir: the ctime of a file made there.
+func fsClock(dir string) (int64, error) {
+	name := filepath.Join(dir, ".clock")
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("read the file-system clock: %w", err)
+	}
+	defer os.Remove(name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return 0, fmt.Errorf("read the file-system clock: %w", err)
+	}
+	return st.Ctim.Nano(), nil
+}
+
+// fsClockAfter waits until the file system's clock in dir reads later than t (a tick or
+// so) and returns that reading. After a second (a clock set back) it returns what it
+// reads: entries not older than that reading are then compared by content.
+func fsClockAfter(ctx context.Context, dir string, t int64) (int64, error) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		now, err := fsClock(dir)
+		if err != nil || now > t || time.Now().After(deadline) {
+			return now, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}

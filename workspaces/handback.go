@@ -1,0 +1,232 @@
+package workspaces
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// HandBackOptions configures HandBack. The zero value of each optional field is documented.
+type HandBackOptions struct {
+	// Stop ends the child before its changes are taken: its session, kernel and jobs end,
+	// so nothing writes into the copy any more. It is called once per run until a record
+	// exists, never after. Nil: the caller has stopped the child already.
+	Stop func(ctx context.Context) error
+	// Step, when not nil, is called before and after every change a hand-back makes to
+	// the parent and before its record ("save <path>", "remove <path>", "removed <path>",
+	// "rename <path>", "renamed <path>", "record"). An error it returns ends the run at
+	// once, as a crash there would: a test hook for cut hand-backs.
+	Step func(name string) error
+	// Progress, when not nil, is called from another goroutine every 100 ms or so, and once
+	// at the end. It must not block.
+	Progress func(Progress)
+
+	// read, when not nil, is told of every open (n == 0) and read of file content. Tests
+	// use it to check what a hand-back reads.
+	read func(name string, n int)
+}
+
+// Outcome is the record of a finished hand-back, kept as the workspace's handback.json.
+type Outcome struct {
+	// ID and Parent name the workspace and the directory the changes went to.
+	ID     string `json:"id"`
+	Parent string `json:"parent"`
+	// Unchanged counts the base's files and symlinks the child did not change.
+	Unchanged int `json:"unchanged"`
+	// Taken lists the paths whose child file or symlink is now the parent's (a path both
+	// changed to the same content is listed too: this is what makes a rerun after a cut
+	// record the same).
+	Taken []string `json:"taken"`
+	// Removed lists the paths the child removed that are gone from the parent.
+	Removed []string `json:"removed"`
+	// Conflicts lists the paths where the parent's entry was kept against the child's.
+	Conflicts []Conflict `json:"conflicts"`
+	// Repeat is true when this outcome was read from the record of an earlier run.
+	Repeat bool `json:"-"`
+}
+
+// Conflict is one path where the parent's entry was kept against the child's change.
+type Conflict struct {
+	// Path is the slash path relative to the parent.
+	Path string `json:"path"`
+	// Reason says why the child's change was not taken.
+	Reason Reason `json:"reason"`
+	// Saved is the absolute path of the child's version under the workspace's conflicts/
+	// directory; empty when the child removed the path or made a special file there.
+	Saved string `json:"saved,omitempty"`
+}
+
+// HandBack brings a child's changes back into its parent directory and ends the
+// workspace. dir is the workspace directory or the child's working directory.
+//
+// First opts.Stop ends the child. Then each path the child changed is decided by Plan and
+// carried out: a file or symlink is put in place by one rename from a copy beside it named
+// ".<name>.kennel-handback" (the same name in every run, so a rerun removes a copy a crash
+// left), a removal by one unlink; the child's version of each conflict is saved under
+// conflicts/. The record, handback.json (written atomically), ends the hand-back; then
+// the base and the child's copy are removed and the child's directory becomes a symlink
+// to the parent.
+//
+// A hand-back cut anywhere (a crash, an error) reruns from the start to the same parent
+// tree and record. A call after the record returns the recorded outcome (Repeat set) and
+// does not call Stop. A failed hand-back returns the error and leaves the copy in place.
+func HandBack(ctx context.Context, dir string, opts HandBackOptions) (*Outcome, error) {
+	ws, err := Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("hand back %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(ws.Dir, lockName), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("hand back %s: lock: %w", ws.Dir, err)
+	}
+	if out, err := readRecord(ws); err == nil {
+		out.Repeat = true
+		if err := finish(ws); err != nil {
+			return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
+		}
+		return out, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
+	}
+	if opts.Stop != nil {
+		if err := opts.Stop(ctx); err != nil {
+			return nil, fmt.Errorf("hand back %s: stop the child: %w", ws.Dir, err)
+		}
+	}
+	out, err := handBack(ctx, ws, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
+	}
+	if err := finish(ws); err != nil {
+		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
+	}
+	return out, nil
+}
+
+// handBack plans and applies, then writes the record.
+func handBack(ctx context.Context, ws *Workspace, opts *HandBackOptions) (*Outcome, error) {
+	report := startProgress(opts.Progress, "scan")
+	defer report.stop()
+	man, err := readManifest(filepath.Join(ws.Dir, manifestName))
+	if err != nil {
+		return nil, err
+	}
+	s := &scanner{man: man, read: opts.read}
+	for _, t := range []struct {
+		r    **root
+		path string
+	}{{&s.base, ws.Base()}, {&s.work, ws.Path()}, {&s.parent, ws.Parent}} {
+		r, err := openRoot(t.path)
+		if err != nil {
+			return nil, err
+		}
+		defer r.close()
+		*t.r = r
+	}
+	if err := s.scanChild(ctx); err != nil {
+		return nil, err
+	}
+	changed, err := s.labelChild()
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{ws: ws, s: s, step: opts.Step, report: report}
+	if err := a.sweep(changed); err != nil {
+		return nil, err
+	}
+	if err := s.labelParent(changed); err != nil {
+		return nil, err
+	}
+	m := Plan(s.baseL, s.parentL, s.childL)
+	report.set("apply", len(m.Decisions))
+	decisions, err := a.apply(ctx, m.Decisions)
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{ID: ws.ID, Parent: ws.Parent, Unchanged: m.Unchanged, Taken: []string{}, Removed: []string{}, Conflicts: []Conflict{}}
+	for _, d := range decisions {
+		switch {
+		case d.Action == ActionConflict:
+			c := Conflict{Path: d.Path, Reason: d.Reason}
+			if d.Child != nil && (d.Child.Kind == KindFile || d.Child.Kind == KindSymlink) {
+				c.Saved = filepath.Join(ws.Conflicts(), filepath.FromSlash(d.Path))
+			}
+			out.Conflicts = append(out.Conflicts, c)
+		case d.Child == nil:
+			out.Removed = append(out.Removed, d.Path)
+		default:
+			out.Taken = append(out.Taken, d.Path)
+		}
+	}
+	if err := a.stepf("record"); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(filepath.Join(ws.Dir, recordName), append(data, '\n'), false); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readRecord reads the hand-back record of ws; fs.ErrNotExist when there is none.
+func readRecord(ws *Workspace) (*Outcome, error) {
+	data, err := os.ReadFile(filepath.Join(ws.Dir, recordName))
+	if err != nil {
+		return nil, err
+	}
+	var out Outcome
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("read %s: %w", recordName, err)
+	}
+	return &out, nil
+}
+
+// finish removes the base, the manifest and the child's copy, and makes the child's
+// directory a symlink to the parent. Each step is idempotent, so a finish cut by a crash
+// is completed by the next call.
+func finish(ws *Workspace) error {
+	if err := removeTree(ws.Base()); err != nil {
+		return err
+	}
+	work := ws.Path()
+	if st, err := os.Lstat(work); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		if target, err := os.Readlink(work); err == nil && target == ws.Parent {
+			return removeIfExists(filepath.Join(ws.Dir, manifestName))
+		}
+	}
+	if err := removeTree(work); err != nil {
+		return err
+	}
+	tmp := work + ".link"
+	if err := removeIfExists(tmp); err != nil {
+		return err
+	}
+	if err := os.Symlink(ws.Parent, tmp); err != nil {
+		return fmt.Errorf("link the child's directory: %w", err)
+	}
+	if err := os.Rename(tmp, work); err != nil {
+		return fmt.Errorf("link the child's directory: %w", err)
+	}
+	return removeIfExists(filepath.Join(ws.Dir, manifestName))
+}
+
+// removeIfExists removes the file or empty directory name; a missing one is no error.
+func removeIfExists(name string) error {
+	if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
