@@ -35,14 +35,30 @@ var (
 	ErrTooLarge error = &codeError{"too_large", "file too large"}
 )
 
-// fail returns an FsError of the class sentinel for op on the sandbox path p, with a
-// message made of format and args (which must not name host paths).
+// fail returns an FsError of the class sentinel (one of this package's or pathmap's) for
+// op on the sandbox path p, with a message made of format and args (which must not name
+// host paths).
 func fail(op, p string, sentinel error, format string, args ...any) error {
 	err := sentinel
 	if format != "" {
 		err = fmt.Errorf(format+": %w", append(args, sentinel)...)
 	}
-	return &pathmap.FsError{Op: op, Path: p, Reason: sentinel.(*codeError).code, Err: err}
+	fe := &pathmap.FsError{Op: op, Path: p, Reason: sentinel.(interface{ Code() string }).Code(), Err: err}
+	if fe.Reason == "outside" || fe.Reason == "read_only" {
+		fe.Version = pathmap.Version
+	}
+	return fe
+}
+
+// errClass returns the class of an error met while reading or writing: the class of a
+// pathmap error, else pathmap.ErrInternal.
+func errClass(err error) error {
+	for _, s := range []error{pathmap.ErrNotFound, pathmap.ErrDenied, pathmap.ErrChanged, pathmap.ErrInvalid} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return pathmap.ErrInternal
 }
 
 // ErrorInfo is what a host_reply carries for a failed request (docs/protocol.md).

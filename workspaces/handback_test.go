@@ -17,7 +17,7 @@ import (
 // scenario is one hand-back on disk: a parent made from base, then changed to parent while
 // the child's copy is changed to child.
 type scenario struct {
-	base, parent, child    Listing
+	base, parent, child     Listing
 	touchParent, touchChild map[string]bool
 }
 
@@ -40,8 +40,8 @@ func genScenario(t *rapid.T) scenario {
 
 // staged is a scenario set up on disk, ready for its hand-back.
 type staged struct {
-	ws                   *CreateResult
-	parentDir            string
+	ws                    *CreateResult
+	parentDir             string
 	copied, parent, child Listing // what the copy held, and the two trees at the hand-back
 }
 
@@ -133,7 +133,7 @@ func TestHandBackProperties(t *testing.T) {
 			rt.Fatalf("%v", err)
 		}
 		st := stage(rt, dir, genScenario(rt))
-		out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{})
+		out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true})
 		if err != nil {
 			rt.Fatalf("hand back: %v", err)
 		}
@@ -205,7 +205,7 @@ func cutEverywhere(t *testing.T, sc scenario) {
 	uncut := stage(t, t.TempDir(), sc)
 	var steps []string
 	stops := 0
-	out, err := HandBack(ctx, uncut.ws.Path(), HandBackOptions{
+	out, err := HandBack(ctx, uncut.ws.Path(), HandBackOptions{NoSync: true,
 		Stop: func(context.Context) error { stops++; return nil },
 		Step: func(name string) error { steps = append(steps, name); return nil },
 	})
@@ -225,7 +225,7 @@ func cutEverywhere(t *testing.T, sc scenario) {
 		stops := 0
 		stop := func(context.Context) error { stops++; return nil }
 		n := 0
-		_, err := HandBack(ctx, st.ws.Path(), HandBackOptions{
+		_, err := HandBack(ctx, st.ws.Path(), HandBackOptions{NoSync: true,
 			Stop: stop,
 			Step: func(string) error {
 				n++
@@ -242,7 +242,7 @@ func cutEverywhere(t *testing.T, sc scenario) {
 		if _, err := os.Stat(filepath.Join(st.ws.Path())); err != nil {
 			t.Fatalf("cut at %q: the copy is gone: %v", steps[cut], err)
 		}
-		out, err := HandBack(ctx, st.ws.Path(), HandBackOptions{Stop: stop})
+		out, err := HandBack(ctx, st.ws.Path(), HandBackOptions{NoSync: true, Stop: stop})
 		if err != nil {
 			t.Fatalf("rerun after a cut at %q: %v", steps[cut], err)
 		}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // repeatReader serves data over and over, n bytes in all, in reads as large as asked:
@@ -63,6 +65,21 @@ func requestFrames(n int) (data []byte, frameLen int) {
 	return data, frameLen
 }
 
+// cpuTime returns the process's user and system CPU time. The benchmarks report it per
+// op beside the wall time, since these machines are shared and wall time swings.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports CPU ns per op since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
 func benchGate(b *testing.B, data []byte, frameLen int) {
 	b.SetBytes(int64(frameLen))
 	b.ReportAllocs()
@@ -73,6 +90,7 @@ func benchGate(b *testing.B, data []byte, frameLen int) {
 		OnEvent:   func(Frame) {},
 	})
 	b.ResetTimer()
+	defer reportCPU(b, cpuTime())
 	if err := g.Run(context.Background(), &repeatReader{data: data, left: b.N * frameLen}); err != nil {
 		b.Fatal(err)
 	}
@@ -82,6 +100,7 @@ func benchBufio(b *testing.B, data []byte, frameLen int, bufSize int) {
 	b.SetBytes(int64(frameLen))
 	b.ReportAllocs()
 	b.ResetTimer()
+	defer reportCPU(b, cpuTime())
 	br := bufio.NewReaderSize(&repeatReader{data: data, left: b.N * frameLen}, bufSize)
 	lines := 0
 	for {

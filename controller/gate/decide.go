@@ -37,7 +37,8 @@ func (g *Gate) line(line []byte, offset int64) error {
 		}
 		return nil
 	}
-	if g.ids.has(hd.id) {
+	h, inUse := g.ids.lookup(hd.id)
+	if inUse {
 		g.refuseDuplicate(hd.id)
 		return nil
 	}
@@ -51,7 +52,7 @@ func (g *Gate) line(line []byte, offset int64) error {
 		return nil
 	}
 	id := string(hd.id)
-	g.ids.add(id)
+	g.ids.add(id, h)
 	g.cfg.OnRequest(Request{ID: id, Type: typ, Line: append([]byte(nil), line...)})
 	return nil
 }
@@ -64,7 +65,7 @@ func (g *Gate) oversized(line []byte, offset int64) error {
 	}
 	switch string(hd.event) {
 	case eventHostRequest:
-		if g.ids.has(hd.id) {
+		if _, inUse := g.ids.lookup(hd.id); inUse {
 			g.refuseDuplicate(hd.id)
 		} else {
 			g.refuse(hd.id, protocol.CodeTooLarge, fmt.Sprintf("the request's line is over %d bytes", g.lim.maxLine))

@@ -75,7 +75,7 @@ func defaultLimits() limits {
 type Gate struct {
 	cfg   Config
 	lim   limits
-	ids   *idRing
+	ids   *idSet
 	val   validator
 	heads headScanner
 	types map[string]string // interned request types, bounded by maxTypes
@@ -94,5 +94,5 @@ func newGate(cfg Config, lim limits) *Gate {
 	if cfg.OnRequest == nil {
 		cfg.Serves = nil
 	}
-	return &Gate{cfg: cfg, lim: lim, ids: newIDRing(lim.idsKept), types: make(map[string]string)}
+	return &Gate{cfg: cfg, lim: lim, ids: newIDSet(lim.idsKept), types: make(map[string]string)}
 }

@@ -1,37 +1,85 @@
 package gate
 
-// idRing remembers the newest accepted host-request ids: a ring of fixed size for their
-// order and a set for lookup. An id leaves both when the ring wraps onto it; it may then
-// be accepted again. Every id in the ring is distinct, since an id in the set is never
-// accepted.
-type idRing struct {
-	ring []string
-	next int // where the next id goes
-	n    int // ids held
-	set  map[string]struct{}
+import "hash/maphash"
+
+// idSet remembers the newest accepted host-request ids: a ring of fixed size keeps their
+// order, and an open-addressing hash table (linear probing, backward-shift deletion)
+// finds them, so a lookup hashes the id once and neither lookup nor insertion allocates.
+// An id leaves both when the ring wraps onto it; it may then be accepted again. Every id
+// in the ring is distinct, since an id in the set is never accepted.
+type idSet struct {
+	seed  maphash.Seed // per gate, so a kernel cannot aim ids at one probe chain
+	slots []idSlot     // a power of two, at least twice the ring
+	mask  uint64
+	ring  []idEntry
+	next  int // ring index the next id takes
+	n     int // ids held
 }
 
-func newIDRing(size int) *idRing {
-	return &idRing{ring: make([]string, size), set: make(map[string]struct{}, size)}
+type idSlot struct {
+	h    uint64
+	ring int32 // ring index + 1; 0: empty
 }
 
-// has reports whether id is among the newest accepted ids. It does not allocate.
-func (r *idRing) has(id []byte) bool {
-	_, ok := r.set[string(id)]
-	return ok
+type idEntry struct {
+	id   string
+	h    uint64
+	slot int32
 }
 
-// add records id as the newest accepted id, forgetting the oldest when full.
-func (r *idRing) add(id string) {
-	if r.n == len(r.ring) {
-		delete(r.set, r.ring[r.next])
+func newIDSet(size int) *idSet {
+	n := 2
+	for n < 2*size {
+		n *= 2
+	}
+	return &idSet{seed: maphash.MakeSeed(), slots: make([]idSlot, n), mask: uint64(n - 1), ring: make([]idEntry, size)}
+}
+
+// lookup hashes id and reports whether it is among the ids held. It does not allocate.
+func (s *idSet) lookup(id []byte) (h uint64, found bool) {
+	h = maphash.Bytes(s.seed, id)
+	for p := h & s.mask; ; p = (p + 1) & s.mask {
+		sl := s.slots[p]
+		if sl.ring == 0 {
+			return h, false
+		}
+		if sl.h == h && s.ring[sl.ring-1].id == string(id) {
+			return h, true
+		}
+	}
+}
+
+// add records id (absent, with hash h from lookup) as the newest, forgetting the oldest
+// when the ring is full.
+func (s *idSet) add(id string, h uint64) {
+	if s.n == len(s.ring) {
+		s.remove(int(s.ring[s.next].slot))
 	} else {
-		r.n++
+		s.n++
 	}
-	r.ring[r.next] = id
-	r.set[id] = struct{}{}
-	r.next++
-	if r.next == len(r.ring) {
-		r.next = 0
+	p := h & s.mask
+	for s.slots[p].ring != 0 {
+		p = (p + 1) & s.mask
 	}
+	s.slots[p] = idSlot{h: h, ring: int32(s.next + 1)}
+	s.ring[s.next] = idEntry{id: id, h: h, slot: int32(p)}
+	if s.next++; s.next == len(s.ring) {
+		s.next = 0
+	}
+}
+
+// remove empties slot i and shifts later entries of its probe run back into the hole.
+func (s *idSet) remove(i int) {
+	mask := int(s.mask)
+	for j := (i + 1) & mask; s.slots[j].ring != 0; j = (j + 1) & mask {
+		home := int(s.slots[j].h & s.mask)
+		// The entry at j may move to i unless its home lies cyclically in (i, j].
+		if i <= j && i < home && home <= j || i > j && (i < home || home <= j) {
+			continue
+		}
+		s.slots[i] = s.slots[j]
+		s.ring[s.slots[i].ring-1].slot = int32(i)
+		i = j
+	}
+	s.slots[i] = idSlot{}
 }

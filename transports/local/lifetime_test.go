@@ -2,11 +2,11 @@ package local_test
 
 import (
 	"bufio"
-	"io"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"

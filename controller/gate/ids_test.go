@@ -1,0 +1,48 @@
+package gate
+
+import (
+	"fmt"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestIDSetEqualsNewestN: against a plain list of accepted ids, the set finds exactly
+// the newest size ids, through wrap-around, evictions and backward shifts (tiny tables,
+// so probe runs collide and wrap).
+func TestIDSetEqualsNewestN(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		size := rapid.IntRange(1, 8).Draw(t, "size")
+		s := newIDSet(size)
+		var accepted []string
+		ops := rapid.SliceOfN(rapid.IntRange(0, 3*size), 1, 300).Draw(t, "ids")
+		for _, k := range ops {
+			id := fmt.Sprint(k)
+			want := false
+			for _, a := range accepted[max(0, len(accepted)-size):] {
+				want = want || a == id
+			}
+			h, got := s.lookup([]byte(id))
+			if got != want {
+				t.Fatalf("lookup(%q) = %v, want %v (newest %v)", id, got, want, accepted[max(0, len(accepted)-size):])
+			}
+			if !got {
+				s.add(id, h)
+				accepted = append(accepted, id)
+			}
+			// Every slot in use points at a ring entry that points back.
+			used := 0
+			for i, sl := range s.slots {
+				if sl.ring != 0 {
+					used++
+					if e := s.ring[sl.ring-1]; int(e.slot) != i || e.h != sl.h {
+						t.Fatalf("slot %d and ring entry %+v disagree", i, e)
+					}
+				}
+			}
+			if used != s.n {
+				t.Fatalf("%d slots in use, %d ids held", used, s.n)
+			}
+		}
+	})
+}
