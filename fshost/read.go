@@ -188,7 +188,7 @@ func (w *window) feed(c []byte, base int64) (aliased bool) {
 				if w.lineStart == w.winStart {
 					keep := int(w.winStart + int64(w.maxBytes) - base - int64(p))
 					aliased = w.take(c, p, p+keep, aliased)
-					w.out = cutUTF8Bytes(w.out, w.maxBytes)
+					w.out = trimPartialRune(w.out)
 					w.lines = 1
 				} else {
 					w.out = w.out[:w.lineStart-w.winStart]

@@ -115,33 +115,41 @@ func (s *Server) Serve(ctx context.Context, typ string, args json.RawMessage) (r
 		if err := decode(typ, args, &a); err != nil {
 			return nil, err
 		}
-		return s.Read(ctx, a)
+		return reply(s.Read(ctx, a))
 	case TypeWrite:
 		var a WriteArgs
 		if err := decode(typ, args, &a); err != nil {
 			return nil, err
 		}
-		return s.Write(ctx, a)
+		return reply(s.Write(ctx, a))
 	case TypeEdit:
 		var a EditArgs
 		if err := decode(typ, args, &a); err != nil {
 			return nil, err
 		}
-		return s.Edit(ctx, a)
+		return reply(s.Edit(ctx, a))
 	case TypeGrep:
 		var a GrepArgs
 		if err := decode(typ, args, &a); err != nil {
 			return nil, err
 		}
-		return s.Grep(ctx, a)
+		return reply(s.Grep(ctx, a))
 	case TypeGlob:
 		var a GlobArgs
 		if err := decode(typ, args, &a); err != nil {
 			return nil, err
 		}
-		return s.Glob(ctx, a)
+		return reply(s.Glob(ctx, a))
 	}
 	return nil, fail("serve", "", ErrUnserved, "type %q", cutUTF8(typ, 64))
+}
+
+// reply returns a handler's result as an interface, nil (not a typed nil) with an error.
+func reply[T any](r *T, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // decode unmarshals a request's arguments: a JSON object (null or absent is {}).

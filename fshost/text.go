@@ -116,3 +116,16 @@ func cutUTF8Bytes(b []byte, n int) []byte {
 	}
 	return b[:n]
 }
+
+// trimPartialRune drops an incomplete rune from the end of b (a cut made by byte count).
+func trimPartialRune(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
+}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // writeEntry puts e at rel under root (its directories must exist).
@@ -141,3 +143,6 @@ func conflictsOf(o *Outcome) []string {
 	}
 	return out
 }
+
+// mkfifo makes a named pipe at p.
+func mkfifo(p string) error { return unix.Mkfifo(p, 0o644) }

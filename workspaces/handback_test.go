@@ -317,3 +317,29 @@ func TestHandBackFailedStopKeepsTheCopy(t *testing.T) {
 	}
 	checkHandBack(t, st, out)
 }
+
+// TestHandBackChildGitignoreHidesNoBaseFile checks a base file the child's .gitignore now
+// ignores is not taken for removed, while a new file it ignores stays behind; a special
+// file the child made is a conflict with nothing saved.
+func TestHandBackChildGitignoreHidesNoBaseFile(t *testing.T) {
+	sc := scenario{
+		base:   tree(t, "file a.log=1", "file b=1"),
+		parent: tree(t, "file a.log=1", "file b=1"),
+		child:  tree(t, "file a.log=1", "file b=1", "file .gitignore=*.log", "file new.log=ignored", "file n=new"),
+	}
+	st := stage(t, t.TempDir(), sc)
+	if err := mkfifo(filepath.Join(st.ws.Path(), "pipe")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tree(t, "file a.log=1", "file b=1", "file .gitignore=*.log", "file n=new")
+	if got := readTree(t, st.parentDir); !maps.Equal(got, want) {
+		t.Fatalf("parent %v, want %v", got, want)
+	}
+	if got := conflictsOf(out); !slices.Equal(got, []string{"pipe:unsupported-kind"}) || out.Conflicts[0].Saved != "" {
+		t.Fatalf("conflicts %+v", out.Conflicts)
+	}
+}

@@ -16,7 +16,8 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
-// tree builds a Listing from short specs: "file a/b=content", "file x=1 0755",
+// tree builds a Listing from short specs: "file a/b=content", "file x=1 0755" (a last
+// word of four octal digits is the mode),
 // "link l->target", "dir d". Directories above every entry are added.
 func tree(t tb, specs ...string) Listing {
 	t.Helper()
@@ -26,12 +27,12 @@ func tree(t tb, specs ...string) Listing {
 		switch kind {
 		case "file":
 			mode := fs.FileMode(0o644)
-			if body, m, ok := strings.Cut(rest, " "); ok {
+			if i := strings.LastIndex(rest, " "); i >= 0 && len(rest)-i == 5 && rest[i+1] == '0' {
 				var v uint32
-				if _, err := fmt.Sscanf(m, "%o", &v); err != nil {
+				if _, err := fmt.Sscanf(rest[i+1:], "%o", &v); err != nil {
 					t.Fatalf("spec %q: %v", s, err)
 				}
-				mode, rest = fs.FileMode(v), body
+				mode, rest = fs.FileMode(v), rest[:i]
 			}
 			p, content, _ := strings.Cut(rest, "=")
 			l[p] = Entry{Kind: KindFile, Mode: mode, Content: content}

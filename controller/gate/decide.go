@@ -27,7 +27,7 @@ func (g *Gate) line(line []byte, offset int64) error {
 		}
 		return newFault(reasonNotObject, offset, line)
 	}
-	hd := g.heads.scan(line[:min(len(line), g.lim.headSize)])
+	hd := g.heads.fromMembers(line, g.val.members[:g.val.n], g.lim.headSize)
 	if !hd.ok {
 		return newFault(hd.why, offset, line)
 	}

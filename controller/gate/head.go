@@ -97,3 +97,50 @@ func (s *headScanner) member(h []byte, i int, key string, k int, val *[]byte) (i
 	*val = body
 	return next, true
 }
+
+// fromMembers reads the head of a line the validator accepted from the members it
+// recorded, with the same rules as scan on line[:headSize]: each string it uses must
+// close before headSize.
+func (s *headScanner) fromMembers(line []byte, ms []member, headSize int) (hd head) {
+	var ok bool
+	if hd.event, ok = s.memberValue(line, ms, 0, "event", headSize); !ok {
+		hd.why = whyNoEvent
+		return hd
+	}
+	if hd.id, ok = s.memberValue(line, ms, 1, "id", headSize); !ok {
+		hd.why = whyNoID
+		return hd
+	}
+	hd.ok = true
+	if string(hd.event) == eventHostRequest {
+		hd.typ, hd.hasType = s.memberValue(line, ms, 2, "type", headSize)
+	}
+	return hd
+}
+
+func (s *headScanner) memberValue(line []byte, ms []member, k int, key string, headSize int) ([]byte, bool) {
+	if k >= len(ms) {
+		return nil, false
+	}
+	m := &ms[k]
+	if !m.str || m.ve >= headSize {
+		return nil, false
+	}
+	body := line[m.ks:m.ke]
+	if m.kesc {
+		if len(body) > 6*len(key) {
+			return nil, false
+		}
+		var tmp [32]byte
+		body = unescape(tmp[:0], body)
+	}
+	if string(body) != key {
+		return nil, false
+	}
+	val := line[m.vs:m.ve]
+	if m.vesc {
+		s.scratch[k] = unescape(s.scratch[k][:0], val)
+		val = s.scratch[k]
+	}
+	return val, true
+}

@@ -13,159 +13,186 @@ const (
 	vDupKey    // "event", "id" or "type" twice at the top level
 )
 
-// validator checks that a line is exactly one JSON object, in valid UTF-8, with the keys
-// the gate decides on ("event", "id", "type") at most once each at the top level. It
-// accepts what json.Valid accepts, given valid UTF-8 and an object at the top.
-// Its nesting stack is fixed, so a check allocates nothing.
-type validator struct {
-	obj [maxDepth/64 + 1]uint64 // bit d: the container at depth d+1 is an object
+// member is one of the first top-level members of a validated line: its key's body
+// and, when the value is a string, the value's body (without quotes).
+type member struct {
+	ks, ke, vs, ve int
+	kesc, vesc     bool
+	str            bool // the value is a string
 }
 
-const (
-	stObjFirst = iota // just after '{': a key or '}'
-	stKey             // after ',' in an object: a key
-	stArrFirst        // just after '[': a value or ']'
-	stValue           // a value
-	stAfter           // after a value: ',', a closer, or the end
-)
+// validator checks that a line is exactly one JSON object, in valid UTF-8, with the keys
+// the gate decides on ("event", "id", "type") at most once each at the top level. It
+// accepts what json.Valid accepts, given valid UTF-8 and an object at the top. On the way
+// it records the first three top-level members, which the gate's head is made of. Its
+// nesting stack is fixed, so a check allocates nothing.
+type validator struct {
+	obj     [maxDepth/64 + 1]uint64 // bit d: the container at depth d+1 is an object
+	members [3]member
+	n       int // members recorded
+}
+
+// ws skips JSON whitespace; most tokens have none before them, so test once inline.
+func ws(b []byte, i int) int {
+	if i < len(b) && b[i] <= ' ' {
+		return skipWS(b, i)
+	}
+	return i
+}
 
 // object validates b (a line without its newline).
 func (v *validator) object(b []byte) int {
-	i := skipWS(b, 0)
+	var (
+		i, depth, res int
+		esc           bool
+		topKeys       uint8
+		c             byte
+		m             *member
+	)
+	v.n = 0
+	i = ws(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return vNotObject
 	}
-	i++
-	depth := 1
+	depth = 1
 	v.obj[0] = 1
-	var topKeys uint8
-	st := stObjFirst
-	for {
-		switch st {
-		case stObjFirst, stKey:
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return vNotObject
-			}
-			if b[i] == '}' && st == stObjFirst {
-				i++
-				depth--
-				st = stAfter
-				continue
-			}
-			if b[i] != '"' {
-				return vNotObject
-			}
-			ks := i + 1
-			next, esc, res := skipString(b, ks)
-			if res != strOK {
-				return strResult(res)
-			}
-			if depth == 1 {
-				if k := topKey(b[ks:next-1], esc); k != 0 {
-					if topKeys&k != 0 {
-						return vDupKey
-					}
-					topKeys |= k
+	i = ws(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+		depth = 0
+		goto after
+	}
+
+key: // at a key, whitespace skipped
+	if i >= len(b) || b[i] != '"' {
+		return vNotObject
+	}
+	m = nil
+	if depth == 1 && v.n < len(v.members) {
+		m = &v.members[v.n]
+		v.n++
+		m.ks, m.str = i+1, false
+	}
+	{
+		ks := i + 1
+		i, esc, res = skipString(b, ks)
+		if res != strOK {
+			return strResult(res)
+		}
+		if depth == 1 {
+			if k := topKey(b[ks:i-1], esc); k != 0 {
+				if topKeys&k != 0 {
+					return vDupKey
 				}
-			}
-			i = skipWS(b, next)
-			if i >= len(b) || b[i] != ':' {
-				return vNotObject
-			}
-			i++
-			st = stValue
-		case stArrFirst:
-			i = skipWS(b, i)
-			if i < len(b) && b[i] == ']' {
-				i++
-				depth--
-				st = stAfter
-				continue
-			}
-			st = stValue
-		case stValue:
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return vNotObject
-			}
-			switch c := b[i]; c {
-			case '{', '[':
-				if depth >= maxDepth {
-					return vDepth
-				}
-				w, bit := depth>>6, uint64(1)<<(depth&63)
-				if c == '{' {
-					v.obj[w] |= bit
-					st = stObjFirst
-				} else {
-					v.obj[w] &^= bit
-					st = stArrFirst
-				}
-				depth++
-				i++
-			case '"':
-				next, _, res := skipString(b, i+1)
-				if res != strOK {
-					return strResult(res)
-				}
-				i = next
-				st = stAfter
-			case 't':
-				if !lit(b, i, "true") {
-					return vNotObject
-				}
-				i += 4
-				st = stAfter
-			case 'f':
-				if !lit(b, i, "false") {
-					return vNotObject
-				}
-				i += 5
-				st = stAfter
-			case 'n':
-				if !lit(b, i, "null") {
-					return vNotObject
-				}
-				i += 4
-				st = stAfter
-			default:
-				next, ok := skipNumber(b, i)
-				if !ok {
-					return vNotObject
-				}
-				i = next
-				st = stAfter
-			}
-		case stAfter:
-			i = skipWS(b, i)
-			if depth == 0 {
-				if i != len(b) {
-					return vNotObject
-				}
-				return vOK
-			}
-			if i >= len(b) {
-				return vNotObject
-			}
-			d := depth - 1
-			inObj := v.obj[d>>6]&(1<<(d&63)) != 0
-			switch c := b[i]; {
-			case c == ',':
-				i++
-				if inObj {
-					st = stKey
-				} else {
-					st = stValue
-				}
-			case c == '}' && inObj, c == ']' && !inObj:
-				i++
-				depth--
-			default:
-				return vNotObject
+				topKeys |= k
 			}
 		}
 	}
+	if m != nil {
+		m.ke, m.kesc = i-1, esc
+	}
+	i = ws(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return vNotObject
+	}
+	i = ws(b, i+1)
+
+value: // at a value, whitespace skipped
+	if i >= len(b) {
+		return vNotObject
+	}
+	c = b[i]
+	switch {
+	case c == '"':
+		vs := i + 1
+		i, esc, res = skipString(b, vs)
+		if res != strOK {
+			return strResult(res)
+		}
+		if m != nil {
+			m.vs, m.ve, m.vesc, m.str = vs, i-1, esc, true
+		}
+	case c == '{' || c == '[':
+		if depth >= maxDepth {
+			return vDepth
+		}
+		w, bit := depth>>6, uint64(1)<<(depth&63)
+		depth++
+		m = nil
+		i = ws(b, i+1)
+		if c == '{' {
+			v.obj[w] |= bit
+			if i < len(b) && b[i] == '}' {
+				i++
+				depth--
+				goto after
+			}
+			goto key
+		}
+		v.obj[w] &^= bit
+		if i < len(b) && b[i] == ']' {
+			i++
+			depth--
+			goto after
+		}
+		goto value
+	case c == 't':
+		if !lit(b, i, "true") {
+			return vNotObject
+		}
+		i += 4
+	case c == 'f':
+		if !lit(b, i, "false") {
+			return vNotObject
+		}
+		i += 5
+	case c == 'n':
+		if !lit(b, i, "null") {
+			return vNotObject
+		}
+		i += 4
+	default:
+		var ok bool
+		if i, ok = skipNumber(b, i); !ok {
+			return vNotObject
+		}
+	}
+
+after: // after a value
+	i = ws(b, i)
+	if depth == 0 {
+		if i != len(b) {
+			return vNotObject
+		}
+		return vOK
+	}
+	if i >= len(b) {
+		return vNotObject
+	}
+	m = nil
+	c = b[i]
+	if d := depth - 1; v.obj[d>>6]&(1<<(d&63)) != 0 { // in an object
+		switch c {
+		case ',':
+			i = ws(b, i+1)
+			goto key
+		case '}':
+			i++
+			depth--
+			goto after
+		}
+		return vNotObject
+	}
+	switch c {
+	case ',':
+		i = ws(b, i+1)
+		goto value
+	case ']':
+		i++
+		depth--
+		goto after
+	}
+	return vNotObject
 }
 
 func strResult(res int) int {

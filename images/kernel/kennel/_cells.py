@@ -67,14 +67,7 @@ class Executor:
         filename = "<cell %s>" % (cell_id,)
         try:
             self._remember(filename, code)
-            tree = ast.parse(code, filename, "exec")
-            last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, filename, "exec"), self.namespace)
-            if last is None:
-                return Outcome(OK)
-            value = eval(compile(last, filename, "eval"), self.namespace)
+            value = eval(self._compile(code, filename), self.namespace)
             if value is None:
                 return Outcome(OK)
             self.namespace["_"] = value
@@ -83,6 +76,23 @@ class Executor:
             return interrupted()
         except BaseException as exc:
             return self.error(exc)
+
+    def _compile(self, code, filename):
+        """Compile a cell to one code object whose value is that of its last expression
+        statement (None when it has none)."""
+        try:
+            # Fast path: the whole cell is one expression.
+            return compile(code, filename, "eval", dont_inherit=True)
+        except SyntaxError:
+            pass
+        tree = ast.parse(code, filename, "exec")
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            # Run the statements before the last expression, then evaluate it.
+            last = tree.body.pop()
+            body = compile(tree, filename, "exec", dont_inherit=True)
+            tail = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
+            return _Chain(body, tail)
+        return _Chain(compile(tree, filename, "exec", dont_inherit=True), None)
 
     def error(self, exc):
         """The error Outcome of exception ``exc``."""

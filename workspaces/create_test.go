@@ -1,0 +1,194 @@
+package workspaces
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCreateCopiesWhatTheGitignoreFilesKeep checks a copy without git: ignored files and
+// directories, .git and special files stay behind; symlinks stay symlinks; modes are kept;
+// base and child copy are equal; the manifest is private.
+func TestCreateCopiesWhatTheGitignoreFilesKeep(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.Mkdir(parent, 0o755)
+	writeTree(t, parent, tree(t,
+		"file .gitignore=*.log\nbuild/\n!keep.log\n",
+		"file a.txt=a",
+		"file x.log=ignored",
+		"file keep.log=kept",
+		"file build/out=ignored dir",
+		"file src/run.sh=#!/bin/sh 0755",
+		"file src/secret=s 0600",
+		"file src/deep/.gitignore=*.tmp",
+		"file src/deep/t.tmp=ignored",
+		"file src/deep/t.txt=kept",
+		"file .git/config=never",
+		"link link->a.txt",
+		"link dangling->../../nowhere",
+		"dir empty",
+	))
+	if err := os.Chmod(filepath.Join(parent, "src", "deep"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := mkfifo(filepath.Join(parent, "fifo")); err != nil {
+		t.Fatal(err)
+	}
+	res := mustCreate(t, parent, filepath.Join(dir, "state"), "c1")
+	want := tree(t,
+		"file .gitignore=*.log\nbuild/\n!keep.log\n",
+		"file a.txt=a",
+		"file keep.log=kept",
+		"file src/run.sh=#!/bin/sh 0755",
+		"file src/secret=s 0600",
+		"file src/deep/.gitignore=*.tmp",
+		"file src/deep/t.txt=kept",
+		"link link->a.txt",
+		"link dangling->../../nowhere",
+	)
+	for _, where := range []string{res.Path(), res.Base()} {
+		if got := readTree(t, where); !maps.Equal(got, want) {
+			t.Fatalf("%s holds\n%v\nwant\n%v", where, got, want)
+		}
+	}
+	if res.Git || res.Files != 7 || res.Symlinks != 2 || res.Cloned+res.Copied != 14 {
+		t.Fatalf("result %+v", res)
+	}
+	if st, err := os.Stat(filepath.Join(res.Path(), "src", "deep")); err != nil || st.Mode().Perm() != 0o555 {
+		t.Fatalf("directory mode not kept: %v %v", st.Mode(), err)
+	}
+	for name, mode := range map[string]fs.FileMode{res.Dir: 0o700 | fs.ModeDir, filepath.Join(res.Dir, manifestName): 0o600, filepath.Join(res.Dir, infoName): 0o600} {
+		if st, err := os.Stat(name); err != nil || st.Mode() != mode {
+			t.Fatalf("%s: mode %v (%v), want %v", name, st.Mode(), err, mode)
+		}
+	}
+	if want := filepath.Join(dir, "state", "workspaces", ParentKey(parent), "c1"); res.Dir != want {
+		t.Fatalf("workspace at %s, want %s", res.Dir, want)
+	}
+	ws, err := Open(res.Path())
+	if err != nil || ws.Dir != res.Dir || ws.Parent != parent || ws.ID != "c1" {
+		t.Fatalf("Open(copy) = %+v, %v", ws, err)
+	}
+}
+
+// TestCreateRefusesTooManyFiles checks the limit: a typed error naming the shared mode,
+// and nothing left behind.
+func TestCreateRefusesTooManyFiles(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.Mkdir(parent, 0o755)
+	writeTree(t, parent, tree(t, "file a=1", "file b=1", "file c/d=1", "link e->a"))
+	state := filepath.Join(dir, "state")
+	_, err := Create(context.Background(), parent, CreateOptions{State: state, ID: "big", MaxFiles: 3, Logger: quiet()})
+	var tooMany *TooManyFilesError
+	if !errors.Is(err, ErrTooManyFiles) || !errors.As(err, &tooMany) || tooMany.Limit != 3 {
+		t.Fatalf("error %v, want a TooManyFilesError", err)
+	}
+	if !strings.Contains(err.Error(), "shared") {
+		t.Fatalf("error %q does not name the shared mode", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "workspaces", ParentKey(parent), "big")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused workspace left its directory: %v", err)
+	}
+	// At the limit it is fine.
+	if _, err := Create(context.Background(), parent, CreateOptions{State: state, ID: "big", MaxFiles: 4, Logger: quiet()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCreateRefusesBadIDs checks ids with a slash, dots or other bytes are refused before
+// anything is made.
+func TestCreateRefusesBadIDs(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.Mkdir(parent, 0o755)
+	state := filepath.Join(dir, "state")
+	for _, id := range []string{"..", ".", "../x", "a/b", "/abs", ".hidden", "-x", "a b", "a\x00", strings.Repeat("a", 65), "é"} {
+		_, err := Create(context.Background(), parent, CreateOptions{State: state, ID: id, Logger: quiet()})
+		if !errors.Is(err, ErrInvalidID) {
+			t.Fatalf("id %q: error %v, want ErrInvalidID", id, err)
+		}
+	}
+	if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("refused ids made the state dir: %v", err)
+	}
+	for _, id := range []string{"a", "child-1", "x.y_z", strings.Repeat("a", 64)} {
+		if err := ValidID(id); err != nil {
+			t.Fatalf("ValidID(%q) = %v", id, err)
+		}
+	}
+}
+
+// TestCreateRefusesATakenID checks a second Create with the same id fails and leaves the
+// first workspace as it was.
+func TestCreateRefusesATakenID(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.Mkdir(parent, 0o755)
+	writeTree(t, parent, tree(t, "file a=1"))
+	state := filepath.Join(dir, "state")
+	first := mustCreate(t, parent, state, "x")
+	_, err := Create(context.Background(), parent, CreateOptions{State: state, ID: "x", Logger: quiet()})
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("error %v, want ErrExists", err)
+	}
+	if got := readTree(t, first.Path()); !maps.Equal(got, tree(t, "file a=1")) {
+		t.Fatalf("the first workspace changed: %v", got)
+	}
+	if _, err := Create(context.Background(), filepath.Join(parent, "a"), CreateOptions{State: state, Logger: quiet()}); !errors.Is(err, ErrNotDirectory) {
+		t.Fatalf("a file as parent: %v, want ErrNotDirectory", err)
+	}
+}
+
+// TestCreateWarnsOnceWithTheCounts checks a copy that could not clone logs exactly one
+// warning with both counts, and the counts are in the result.
+func TestCreateWarnsOnceWithTheCounts(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.Mkdir(parent, 0o755)
+	specs := []string{"link l->f0"}
+	for i := range 20 {
+		specs = append(specs, fmt.Sprintf("file d%d/f%d=%s", i%3, i, strings.Repeat("x", i*100)))
+	}
+	writeTree(t, parent, tree(t, specs...))
+	var logs bytes.Buffer
+	res, err := Create(context.Background(), parent, CreateOptions{State: filepath.Join(dir, "state"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cloned+res.Copied != 40 || res.Files != 20 || res.Symlinks != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	lines := strings.Count(logs.String(), "\n")
+	switch {
+	case res.Copied == 0 && lines != 0:
+		t.Fatalf("a copy that cloned everything logged:\n%s", logs.String())
+	case res.Copied > 0 && (lines != 1 || !strings.Contains(logs.String(), "level=WARN") ||
+		!strings.Contains(logs.String(), fmt.Sprintf("cloned=%d copied=%d", res.Cloned, res.Copied))):
+		t.Fatalf("want one warning with cloned=%d copied=%d, got:\n%s", res.Cloned, res.Copied, logs.String())
+	}
+}
+
+// TestParentKey checks the parent's directory name: safe, readable, distinct for two
+// parents of the same base name.
+func TestParentKey(t *testing.T) {
+	a, b := ParentKey("/home/me/project"), ParentKey("/srv/project")
+	if a == b || !strings.HasPrefix(a, "project-") || len(a) != len("project-")+16 {
+		t.Fatalf("keys %q %q", a, b)
+	}
+	if got := ParentKey("/"); !strings.HasPrefix(got, "root-") {
+		t.Fatalf("ParentKey(/) = %q", got)
+	}
+	if got := ParentKey("/x/.hidden dir/"); !strings.HasPrefix(got, "_hidden_dir-") {
+		t.Fatalf("ParentKey = %q", got)
+	}
+}
