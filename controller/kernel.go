@@ -29,7 +29,8 @@ type kernelConn struct {
 
 	mu    sync.Mutex
 	cells map[string]*cellRun
-	err   error // set once when the generation ends: why
+	jobs  kernelJobs // shell jobs; runs guarded by mu
+	err   error      // set once when the generation ends: why
 	done  chan struct{}
 
 	helloCh chan protocol.Hello
@@ -54,6 +55,7 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 		s: s, k: k, stderr: stderr,
 		ctx: kctx, cancel: kcancel,
 		cells:   make(map[string]*cellRun),
+		jobs:    kernelJobs{runs: make(map[string]*jobRun)},
 		done:    make(chan struct{}),
 		helloCh: make(chan protocol.Hello, 1),
 	}
@@ -123,7 +125,8 @@ func (kc *kernelConn) read() {
 var ErrOOM = errors.New("kernel killed by the memory limit (OOM)")
 
 // fail ends the generation with err (the first call wins): every cell in flight fails with
-// it, and host requests in flight are cancelled.
+// it, every shell job it runs ends (unknown end, err as the cause), and host requests in
+// flight are cancelled.
 func (kc *kernelConn) fail(err error) {
 	kc.mu.Lock()
 	if kc.err != nil {
@@ -133,12 +136,15 @@ func (kc *kernelConn) fail(err error) {
 	kc.err = err
 	cells := kc.cells
 	kc.cells = map[string]*cellRun{}
+	runs := kc.jobs.runs
+	kc.jobs.runs = map[string]*jobRun{}
 	close(kc.done)
 	kc.mu.Unlock()
 	kc.cancel(err)
 	for _, c := range cells {
 		c.finish(nil, err)
 	}
+	endJobs(runs, err)
 }
 
 func (kc *kernelConn) ended() bool {
@@ -225,6 +231,11 @@ func (kc *kernelConn) onRefusal(r gate.Refusal) {
 // onEvent routes one non-request frame. It runs on the reader goroutine: nothing here may
 // block on the caller.
 func (kc *kernelConn) onEvent(f gate.Frame) {
+	switch f.Event {
+	case protocol.EventJobStart, protocol.EventJobOutput, protocol.EventJobEnd:
+		kc.onJobFrame(f)
+		return
+	}
 	ev, err := protocol.DecodeEvent(f.Line)
 	if err != nil {
 		kc.s.log.Warn("undecodable kernel event dropped", "event", f.Event, "id", f.ID, "err", err)
@@ -254,10 +265,6 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		kc.mu.Unlock()
 		if c != nil {
 			c.finish(&e, nil)
-		}
-	case protocol.JobStart, protocol.JobOutput, protocol.JobEnd:
-		if h := kc.s.opts.OnJobEvent; h != nil {
-			h(ev)
 		}
 	case protocol.Log:
 		kc.s.log.Log(context.Background(), logLevel(e.Level), "kernel: "+e.Message)

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports"
 )
@@ -67,9 +68,18 @@ type Options struct {
 	// InterruptGrace is how long a cancelled cell may take to end after its interrupt before
 	// its kernel is killed. Zero means 5 s.
 	InterruptGrace time.Duration
-	// OnJobEvent, when set, receives the job frames (job_start, job_output, job_end) of the
-	// session's kernels, in order, on the kernel's reader goroutine: it must not block.
-	OnJobEvent func(protocol.Event)
+	// Truncation bounds what a settled job (shell or cell) reports; JobOptions may override
+	// it per job. The zero value is the default: On, 50 KiB and 2000 lines, head.
+	Truncation output.Truncation
+	// StateDir is the session's private state directory on the host (created 0700; it
+	// must be owned by the user and private). Job output spills to its "output"
+	// subdirectory, where files older than 14 days are pruned when a session starts.
+	// Empty means DefaultStateDir().
+	StateDir string
+	// JobKillGrace is how long a killed shell job of a HostPIDs kernel may take to end
+	// before the controller kills its process group itself, and then how long before it
+	// ends the job itself when the kernel still has not reported the end. Zero means 2 s.
+	JobKillGrace time.Duration
 	// OnKernelEnd, when set, is told when a kernel generation ends and why (nil: a clean
 	// exit); it runs on the reader goroutine and must not block.
 	OnKernelEnd func(info transports.Info, cause error)
@@ -81,7 +91,8 @@ type Session struct {
 	opts Options
 	log  *slog.Logger
 
-	ids atomic.Uint64 // cell and job ids
+	ids  atomic.Uint64 // cell ids
+	jobs jobSet        // shell and cell jobs, set up by Start
 
 	mu     sync.Mutex
 	kc     *kernelConn // the current kernel, nil before start or after it ended
@@ -112,6 +123,9 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	s := &Session{id: newID(), opts: opts}
 	s.log = log.With("session", s.id)
+	if err := s.initJobs(ctx); err != nil {
+		return nil, err
+	}
 	if _, err := s.kernel(ctx); err != nil {
 		return nil, err
 	}
@@ -184,7 +198,8 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// nextID returns a session-unique id with the given prefix ("c" cells, "j" jobs).
+// nextID returns a session-unique id with the given prefix ("c" cells; jobs take theirs
+// from the job table).
 func (s *Session) nextID(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, s.ids.Add(1))
 }

@@ -21,8 +21,8 @@ func (e *codeError) Code() string { return e.code }
 // Err chain holds the sentinel, so errors.Is works.
 var (
 	// ErrInvalid: the arguments are malformed (bad JSON, a bad regexp or glob, a negative
-	// offset, an empty edit).
-	ErrInvalid error = &codeError{"invalid", "invalid arguments"}
+	// offset, an empty edit). It is pathmap.ErrInvalid: one class, one code.
+	ErrInvalid = pathmap.ErrInvalid
 	// ErrUnserved: the request type is not an fs.* type this Server serves.
 	ErrUnserved error = &codeError{"unserved", "request type not served"}
 	// ErrBinary: the file is not text (a NUL byte in its first 8 KiB, or invalid UTF-8).

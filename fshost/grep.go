@@ -50,10 +50,6 @@ type GrepResult struct {
 	Files int `json:"files"`
 }
 
-// grepMaxWhole is the largest file fs.grep reads in one piece; larger files are searched
-// in chunks of whole lines.
-const grepMaxWhole = 32 << 20
-
 // grepMaxLine bounds a line searched in a chunked file; a longer line is cut.
 const grepMaxLine = 8 << 20
 
@@ -139,6 +135,7 @@ func (g *grepRun) run(parent context.Context, t pathmap.Target, filter *globPatt
 		go func() {
 			defer wg.Done()
 			w := grepWorker{run: g}
+			defer w.rd.Close()
 			for j := range jobs { // every file sent is searched, so the kept matches are the first ones
 				if fm := w.file(j); fm != nil && g.add(fm) {
 					cancel()
@@ -222,12 +219,13 @@ func (g *grepRun) result(files int) *GrepResult {
 type grepWorker struct {
 	run *grepRun
 	buf []byte
+	rd  pathmap.Reader // holds the directory of the last file read
 }
 
 // file searches one file; nil when it has no match (or cannot be read, or is binary).
 func (w *grepWorker) file(j grepJob) *fileMatches {
 	g := w.run
-	data, more, err := j.e.ReadFile(w.buf, grepMaxWhole)
+	data, more, err := w.rd.ReadFile(j.e, w.buf, g.s.sizes.grepWhole)
 	if cap(data) <= 4<<20 {
 		w.buf = data[:0]
 	}
@@ -269,7 +267,7 @@ func (w *grepWorker) chunked(j grepJob) *fileMatches {
 	}
 	defer f.Close()
 	fm := &fileMatches{idx: j.idx}
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, g.s.sizes.grepChunk)
 	var u utf8Stream
 	n, line := 0, 1
 	var off int64
@@ -374,6 +372,9 @@ func (mt *matcher) search(buf []byte, emit func(ls, le int) bool) {
 				return
 			}
 			at = pos + loc[0]
+			if at == len(buf) && buf[at-1] == '\n' {
+				return // past the newline that ends the last line: not a line
+			}
 		}
 		ls := pos + bytes.LastIndexByte(buf[pos:at], '\n') + 1
 		le := len(buf)

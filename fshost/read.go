@@ -61,7 +61,7 @@ func (s *Server) Read(ctx context.Context, a ReadArgs) (*ReadResult, error) {
 	if a.Limit > 0 && a.Limit <= limit {
 		limit, capped = a.Limit, false
 	}
-	w := window{offset: a.Offset, limit: limit, maxBytes: s.opts.ReadMaxBytes}
+	w := window{offset: a.Offset, limit: limit, maxBytes: s.opts.ReadMaxBytes, whole: s.sizes.readWhole, chunk: s.sizes.readChunk}
 	if err := w.scan(ctx, f); err != nil {
 		return nil, fail(op, t.Sandbox(), errClass(err), "%v", err)
 	}
@@ -85,6 +85,7 @@ func (s *Server) Read(ctx context.Context, a ReadArgs) (*ReadResult, error) {
 // window scans a file for the lines [offset, offset+limit), at most maxBytes of them.
 type window struct {
 	offset, limit, maxBytes int
+	whole, chunk            int // read sizes (sizes.readWhole, sizes.readChunk)
 
 	state     int    // skipping, collecting or counting
 	line      int    // lines completed so far
@@ -108,11 +109,15 @@ const (
 	counting
 )
 
-// wholeMax is the largest file read in one buffer (its window then aliases the buffer).
-const wholeMax = 16 << 20
+// sizes are the read sizes of the handlers (fixed; tests make them small).
+type sizes struct {
+	readWhole int // the largest file fs.read reads in one buffer (the window aliases it)
+	readChunk int // fs.read's read size for larger files
+	grepWhole int // the largest file fs.grep reads in one piece
+	grepChunk int // fs.grep's first read size for larger files (lines are kept whole)
+}
 
-// chunkSize is the read size for larger files.
-const chunkSize = 1 << 20
+var defaultSizes = sizes{readWhole: 16 << 20, readChunk: 1 << 20, grepWhole: 32 << 20, grepChunk: 1 << 20}
 
 // scan reads f to its end.
 func (w *window) scan(ctx context.Context, f *os.File) error {
@@ -121,15 +126,18 @@ func (w *window) scan(ctx context.Context, f *os.File) error {
 		size = fi.Size()
 	}
 	if w.offset == 0 {
-		w.state = collecting
+		w.state = collecting // winStart and lineStart are 0
 	}
-	bufSize := int64(chunkSize)
-	if size >= 0 && size < wholeMax {
+	bufSize := int64(w.chunk)
+	if size >= 0 && size < int64(w.whole) {
 		bufSize = size + 1 // one read gets it all; one more byte sees the end
 	}
 	buf := make([]byte, bufSize)
 	var off int64
 	for {
+		if buf == nil {
+			buf = make([]byte, w.chunk)
+		}
 		n, err := io.ReadFull(f, buf)
 		if n > 0 {
 			chunk := buf[:n]
@@ -138,7 +146,7 @@ func (w *window) scan(ctx context.Context, f *os.File) error {
 			aliased := w.feed(chunk, off)
 			off += int64(n)
 			if aliased {
-				buf = make([]byte, chunkSize) // out points into buf: never write it again
+				buf = nil // out points into buf: never write it again
 			}
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -156,9 +164,16 @@ func (w *window) scan(ctx context.Context, f *os.File) error {
 }
 
 // feed processes one chunk at file offset base. It reports whether w.out now aliases
-// the chunk's storage.
+// the chunk's storage. The window's bytes in the chunk are taken in one piece, so a
+// window that lies in one chunk is never copied.
 func (w *window) feed(c []byte, base int64) (aliased bool) {
-	p := 0
+	p, from := 0, -1 // from: start in c of window bytes not yet taken
+	flush := func(to int) {
+		if from >= 0 && to > from {
+			aliased = w.take(c, from, to, aliased)
+		}
+		from = -1
+	}
 	for p < len(c) {
 		switch w.state {
 		case skipping:
@@ -175,8 +190,22 @@ func (w *window) feed(c []byte, base int64) (aliased bool) {
 				w.winStart, w.lineStart = base+int64(p), base+int64(p)
 			}
 		case collecting:
-			if w.lines == 0 && !w.midLine && w.out == nil {
-				w.winStart, w.lineStart = base+int64(p), base+int64(p)
+			if from < 0 {
+				from = p
+			}
+			if rest := c[p:]; base+int64(len(c))-w.winStart <= int64(w.maxBytes) {
+				// The rest of the chunk fits the byte bound: if its lines fit the line
+				// bound too, take it all at once.
+				if n := bytes.Count(rest, nl); w.lines+n < w.limit {
+					if n > 0 {
+						w.lineStart = base + int64(p+bytes.LastIndexByte(rest, '\n')+1)
+					}
+					w.line += n
+					w.lines += n
+					w.midLine = rest[len(rest)-1] != '\n'
+					p = len(c)
+					continue
+				}
 			}
 			i := bytes.IndexByte(c[p:], '\n')
 			end := len(c)
@@ -186,20 +215,20 @@ func (w *window) feed(c []byte, base int64) (aliased bool) {
 			if base+int64(end)-w.winStart > int64(w.maxBytes) {
 				// The byte bound ends the window in this line.
 				if w.lineStart == w.winStart {
-					keep := int(w.winStart + int64(w.maxBytes) - base - int64(p))
-					aliased = w.take(c, p, p+keep, aliased)
+					flush(int(w.winStart + int64(w.maxBytes) - base))
 					w.out = trimPartialRune(w.out)
 					w.lines = 1
 				} else {
+					flush(p)
 					w.out = w.out[:w.lineStart-w.winStart]
 				}
 				w.cut = true
 				w.state = counting
 				continue // count this chunk from p: the line in progress is still to finish
 			}
-			aliased = w.take(c, p, end, aliased)
 			if i < 0 {
 				w.midLine = true
+				flush(len(c))
 				return aliased
 			}
 			p = end
@@ -208,18 +237,18 @@ func (w *window) feed(c []byte, base int64) (aliased bool) {
 			w.midLine = false
 			w.lineStart = base + int64(p)
 			if w.lines == w.limit {
+				flush(p)
 				w.state = counting
 			}
 		case counting:
 			rest := c[p:]
-			if len(rest) > 0 {
-				w.moreAfter = true
-			}
+			w.moreAfter = true
 			w.line += bytes.Count(rest, []byte{'\n'})
 			w.midLine = rest[len(rest)-1] != '\n'
 			return aliased
 		}
 	}
+	flush(p)
 	return aliased
 }
 

@@ -72,8 +72,9 @@ func bound(v, def int) int {
 // disk, and every path in a reply is a sandbox path. A Server is safe for concurrent use;
 // it holds no state between requests.
 type Server struct {
-	m    *pathmap.Map
-	opts Options
+	m     *pathmap.Map
+	opts  Options
+	sizes sizes
 }
 
 // New returns a Server for the map m. m must stay open while the Server is used.
@@ -91,7 +92,7 @@ func New(m *pathmap.Map, opts Options) *Server {
 	if opts.Walk == nil {
 		opts.Walk = ignore.Walk
 	}
-	return &Server{m: m, opts: opts}
+	return &Server{m: m, opts: opts, sizes: defaultSizes}
 }
 
 // Serves reports whether typ is a request type this Server answers: fs.read, fs.write,

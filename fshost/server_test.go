@@ -147,7 +147,8 @@ func TestDescribe(t *testing.T) {
 // Every fs.* request with a path outside, or led outside by a symlink, is refused with
 // outside and touches nothing outside.
 func TestRefusedBeforeAnyHandler(t *testing.T) {
-	e := newEnv(t, Options{}, "symlink w/out -> $ROOT/outside", "symlink w/up -> ..", "file w/f: x\n")
+	e := newEnv(t, Options{}, "symlink w/out -> $ROOT/outside", "symlink w/up -> ..", "file w/f: x\n",
+		"symlink w/dangle -> $ROOT/outside/new", "symlink w/outfile -> ../outside/secret")
 	reqs := []struct{ typ, args string }{
 		{"fs.read", `{"path": "out/secret"}`},
 		{"fs.read", `{"path": "up/outside/secret"}`},
@@ -156,6 +157,9 @@ func TestRefusedBeforeAnyHandler(t *testing.T) {
 		{"fs.read", `{"path": "f", "cwd": "/"}`},
 		{"fs.write", `{"path": "out/new", "content": "x"}`},
 		{"fs.write", `{"path": "../x", "content": "x"}`},
+		{"fs.write", `{"path": "dangle", "content": "x"}`},
+		{"fs.write", `{"path": "outfile", "content": "x"}`},
+		{"fs.edit", `{"path": "outfile", "edits": [{"old": "SENTINEL", "new": "x"}]}`},
 		{"fs.edit", `{"path": "out/secret", "edits": [{"old": "SENTINEL", "new": "x"}]}`},
 		{"fs.edit", `{"moves": [{"from": "f", "to": "out/f"}]}`},
 		{"fs.edit", `{"moves": [{"from": "out/secret", "to": "stolen"}]}`},

@@ -231,4 +231,3 @@ func (s *Server) planMoves(a EditArgs) error {
 	}
 	return nil
 }
-

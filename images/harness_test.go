@@ -43,10 +43,12 @@ func missing(t testing.TB, what string, err error) {
 	t.Skipf("%s is missing: %v", what, err)
 }
 
+// resolvedPython is the interpreter the tests run the stub with: python3, or the one
+// KENNEL_TEST_PYTHON names (to run the suite on another Python version).
 var resolvedPython = sync.OnceValues(func() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return ResolvePython(ctx, "python3")
+	return ResolvePython(ctx, os.Getenv("KENNEL_TEST_PYTHON"))
 })
 
 // needPython returns the real python3 interpreter, or skips (fails under CI).

@@ -211,7 +211,8 @@ func TestFsWrappersSendTheirArgs(t *testing.T) {
 		{"kennel.fs.read('a.txt')", "fs.read", map[string]any{"path": "a.txt", "offset": json.Number("0")}},
 		{"kennel.fs.read('a.txt', offset=3, limit=9)", "fs.read", map[string]any{"path": "a.txt", "offset": json.Number("3"), "limit": json.Number("9")}},
 		{"kennel.fs.write('b', 'text')", "fs.write", map[string]any{"path": "b", "content": "text"}},
-		{"kennel.fs.edit('c', edits=[('x', 'y')], moves=[('c', 'd')])", "fs.edit", map[string]any{"path": "c", "edits": []any{map[string]any{"old": "x", "new": "y"}}, "moves": []any{map[string]any{"src": "c", "dst": "d"}}}},
+		{"kennel.fs.edit('c', edits=[('x', 'y')], moves=[('c', 'd')])", "fs.edit", map[string]any{"path": "c", "edits": []any{map[string]any{"old": "x", "new": "y"}}, "moves": []any{map[string]any{"from": "c", "to": "d"}}}},
+		{"kennel.fs.edit(moves=[{'from': 'a', 'to': 'b'}])", "fs.edit", map[string]any{"moves": []any{map[string]any{"from": "a", "to": "b"}}}},
 		{"kennel.fs.grep('TODO', glob='*.py', limit=5)", "fs.grep", map[string]any{"pattern": "TODO", "path": ".", "glob": "*.py", "limit": json.Number("5")}},
 		{"kennel.fs.glob('**/*.go', path='src')", "fs.glob", map[string]any{"pattern": "**/*.go", "path": "src"}},
 	}

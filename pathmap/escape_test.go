@@ -278,13 +278,19 @@ func TestSwapRace(t *testing.T) {
 		if err != nil {
 			continue
 		}
+		var rd Reader
 		_ = m.Walk(ctx, tg, nil, func(e Entry) error {
 			data, _, err := e.ReadFile(nil, 1<<20)
 			if err == nil && strings.Contains(string(data), sentinel) {
 				t.Errorf("walk read the sentinel through %s", e.Sandbox)
 			}
+			data, _, err = rd.ReadFile(e, nil, 1<<20)
+			if err == nil && strings.Contains(string(data), sentinel) {
+				t.Errorf("walk read the sentinel through %s with a Reader", e.Sandbox)
+			}
 			return nil
 		})
+		rd.Close()
 	}
 	cancel()
 	wg.Wait()
@@ -345,5 +351,47 @@ func TestSwapRaceWrite(t *testing.T) {
 	wg.Wait()
 	if after := snapshot(t, root+"/outside"); after != before {
 		t.Fatalf("outside changed:\n%s\nwas:\n%s", after, before)
+	}
+}
+
+// Resolutions, refusals, opens, writes and walks leave no descriptor open.
+func TestNoDescriptorLeak(t *testing.T) {
+	f := newEscapeFixture(t)
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		must(t, err)
+		return len(ents)
+	}
+	paths := []string{"abs/secret", "rel/secret", "chain1", "dd/../secret", "loop1", "self", "magic",
+		"toc/x", "tocrel", "okchain1", "d/f", "d/../d/f", "nope/x", "d/f/x", "d/new", "../x"}
+	run := func() {
+		for _, p := range paths {
+			for _, cwd := range []string{"/work", "/work/d", "/work/toc", "/other/../work/d"} {
+				if tg, err := f.m.Resolve(cwd, p); err == nil {
+					if file, err := tg.Open(); err == nil {
+						file.Close()
+					}
+				}
+				f.m.ResolveEntry(cwd, p)
+			}
+		}
+		tg, _ := f.m.Resolve("/work", "d")
+		var rd Reader
+		f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
+			e.ReadFile(nil, 100)
+			rd.ReadFile(e, nil, 100)
+			return nil
+		})
+		rd.Close()
+		tg, _ = f.m.Resolve("/work", "d/x/y/z")
+		tg.WriteFile([]byte("x"))
+	}
+	run()
+	before := count()
+	for range 20 {
+		run()
+	}
+	if after := count(); after != before {
+		t.Fatalf("%d descriptors open, %d before", after, before)
 	}
 }

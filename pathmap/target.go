@@ -92,14 +92,17 @@ func (t Target) Open() (*os.File, error) {
 	return os.NewFile(uintptr(fd), t.Sandbox()), nil
 }
 
-// reopenErr classifies an error from opening a checked target again: a symlink or a
-// vanished component on the way means the path changed since the check.
-func (t Target) reopenErr(op string, err error) error {
+// reopenErr classifies an error from opening a checked target again.
+func (t Target) reopenErr(op string, err error) error { return reopenErrno(op, t.Sandbox(), err) }
+
+// reopenErrno classifies an error from opening a checked path again beneath a root: a
+// symlink or a vanished component on the way means the path changed since the check.
+func reopenErrno(op, name string, err error) error {
 	switch err {
 	case unix.ELOOP, unix.EXDEV, unix.ENOENT, unix.ENOTDIR:
-		return newErr(op, t.Sandbox(), ErrChanged, err)
+		return newErr(op, name, ErrChanged, err)
 	}
-	return fromErrno(op, t.Sandbox(), err)
+	return fromErrno(op, name, err)
 }
 
 // maxAttempts is how often Open resolves a path again when it changed under the check.

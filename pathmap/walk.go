@@ -2,12 +2,14 @@ package pathmap
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -114,7 +116,11 @@ func (m *Map) Walk(ctx context.Context, t Target, walk WalkFunc, fn func(Entry) 
 			if _, ok := err.(*FsError); ok {
 				return err
 			}
-			return fromErrno(op, r.sandbox, err)
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				return fromErrno(op, r.sandbox, errno) // the walk's own message names host paths
+			}
+			return newErr(op, r.sandbox, ErrInternal, nil)
 		}
 	}
 	return nil
@@ -181,36 +187,49 @@ func (e Entry) Open() (*os.File, error) {
 
 // openFd opens the entry non-blocking and checks that it is a regular file.
 func (e Entry) openFd() (int, int64, error) {
+	return openRegular(e.mnt.root, e.rel, e.Sandbox)
+}
+
+// openRegular opens rel beneath dirfd, non-blocking and with no symlink on the way, and
+// checks that it is a regular file (a FIFO or device is closed unread). name is the
+// sandbox path for errors.
+func openRegular(dirfd int, rel, name string) (int, int64, error) {
 	const op = "open"
-	fd, err := openat2(e.mnt.root, e.rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0, resolveStrict)
+	fd, err := openat2(dirfd, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0, resolveStrict)
 	if err != nil {
-		switch err {
-		case unix.ELOOP, unix.EXDEV, unix.ENOENT, unix.ENOTDIR:
-			return -1, 0, newErr(op, e.Sandbox, ErrChanged, err)
-		}
-		return -1, 0, fromErrno(op, e.Sandbox, err)
+		return -1, 0, reopenErrno(op, name, err)
 	}
 	st, err := fstat(fd)
 	if err != nil {
 		closeFd(fd)
-		return -1, 0, fromErrno(op, e.Sandbox, err)
+		return -1, 0, fromErrno(op, name, err)
 	}
 	if fileType(&st) != unix.S_IFREG {
 		closeFd(fd)
-		return -1, 0, newErr(op, e.Sandbox, ErrInvalid, detail("not a regular file"))
+		return -1, 0, newErr(op, name, ErrInvalid, detail("not a regular file"))
 	}
 	return fd, st.Size, nil
 }
 
+// reopenErr classifies an error from opening the entry again.
+func (e Entry) reopenErr(err error) error { return reopenErrno("open", e.Sandbox, err) }
+
 // ReadFile reads the entry (as Open checks it) into buf's storage, grown as needed, and
 // returns the bytes read. It reads at most max bytes; more reports that the file holds
-// more than that (data then has max bytes). It uses plain read(2) calls, no *os.File.
+// more than that (data then has max bytes). It uses plain read(2) calls, no *os.File,
+// and stops once it has the size fstat reported (a file that grows meanwhile is read to
+// that size; one that reports size 0, as /proc files do, is read to its end).
 func (e Entry) ReadFile(buf []byte, max int) (data []byte, more bool, err error) {
 	fd, size, err := e.openFd()
 	if err != nil {
 		return buf[:0], false, err
 	}
 	defer closeFd(fd)
+	return readAll(fd, e.Sandbox, size, buf, max)
+}
+
+// readAll reads an open regular file of size size as Entry.ReadFile describes.
+func readAll(fd int, name string, size int64, buf []byte, max int) (data []byte, more bool, err error) {
 	data = buf[:0]
 	if want := int(min(size+1, int64(max))); want > cap(data) {
 		data = slices.Grow(data, want)
@@ -220,7 +239,7 @@ func (e Entry) ReadFile(buf []byte, max int) (data []byte, more bool, err error)
 			var one [1]byte
 			n, err := readFd(fd, one[:])
 			if err != nil {
-				return data, false, fromErrno("read", e.Sandbox, err)
+				return data, false, fromErrno("read", name, err)
 			}
 			return data, n > 0, nil
 		}
@@ -229,12 +248,53 @@ func (e Entry) ReadFile(buf []byte, max int) (data []byte, more bool, err error)
 		}
 		n, err := readFd(fd, data[len(data):min(cap(data), max)])
 		if err != nil {
-			return data, false, fromErrno("read", e.Sandbox, err)
+			return data, false, fromErrno("read", name, err)
 		}
 		if n == 0 {
 			return data, false, nil
 		}
 		data = data[:len(data)+n]
+		if int64(len(data)) == size && size > 0 && len(data) < max {
+			return data, false, nil // all fstat reported; no read just to see the end
+		}
+	}
+}
+
+// Reader reads the regular files a walk lists, one after another, keeping a descriptor
+// of the directory of the last one: files of one directory then cost one single-name
+// openat2 each, beneath that directory (itself opened beneath the mount's root with no
+// symlink on the way). The zero Reader is ready; Close releases the directory. A Reader
+// is not safe for concurrent use.
+type Reader struct {
+	mnt   *mount
+	dir   string // rel of the directory held
+	dirfd int    // its descriptor, valid when mnt is not nil
+}
+
+// ReadFile is Entry.ReadFile through the Reader's directory descriptor.
+func (r *Reader) ReadFile(e Entry, buf []byte, max int) (data []byte, more bool, err error) {
+	dir, name := parentOf(e.rel)
+	if r.mnt != e.mnt || r.dir != dir {
+		r.Close()
+		fd, err := openat2(e.mnt.root, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveStrict)
+		if err != nil {
+			return buf[:0], false, e.reopenErr(err)
+		}
+		r.mnt, r.dir, r.dirfd = e.mnt, dir, fd
+	}
+	fd, size, err := openRegular(r.dirfd, name, e.Sandbox)
+	if err != nil {
+		return buf[:0], false, err
+	}
+	defer closeFd(fd)
+	return readAll(fd, e.Sandbox, size, buf, max)
+}
+
+// Close releases the directory descriptor the Reader holds.
+func (r *Reader) Close() {
+	if r.mnt != nil {
+		closeFd(r.dirfd)
+		r.mnt = nil
 	}
 }
 
@@ -249,19 +309,4 @@ func readFd(fd int, p []byte) (int, error) {
 			return n, err
 		}
 	}
-}
-
-// Lstat checks that the entry is still there beneath its mount's root (no symlink on the
-// way) and returns its type bits.
-func (e Entry) Lstat() (fs.FileMode, error) {
-	fd, err := openat2(e.mnt.root, e.rel, unix.O_PATH|unix.O_NOFOLLOW, 0, resolveStrict)
-	if err != nil {
-		return 0, newErr("lstat", e.Sandbox, ErrChanged, err)
-	}
-	defer closeFd(fd)
-	st, err := fstat(fd)
-	if err != nil {
-		return 0, fromErrno("lstat", e.Sandbox, err)
-	}
-	return modeType(fileType(&st)), nil
 }

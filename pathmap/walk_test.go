@@ -13,12 +13,21 @@ func TestWalkSeesSandboxLayout(t *testing.T) {
 	tg, err := f.m.Resolve("/work", ".")
 	must(t, err)
 	var got []string
+	var rd Reader
+	defer rd.Close()
 	err = f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
 		got = append(got, e.Rel+" "+e.Sandbox)
 		if e.Type.IsRegular() {
-			if _, _, err := e.ReadFile(nil, 1<<20); err != nil {
+			a, _, err := e.ReadFile(nil, 1<<20)
+			if err != nil {
 				t.Errorf("ReadFile(%s): %v", e.Sandbox, err)
 			}
+			b, _, err := rd.ReadFile(e, nil, 1<<20)
+			if err != nil || string(a) != string(b) {
+				t.Errorf("Reader.ReadFile(%s) = %q, %v; Entry.ReadFile %q", e.Sandbox, b, err, a)
+			}
+		} else if _, _, err := rd.ReadFile(e, nil, 1<<20); err == nil {
+			t.Errorf("Reader.ReadFile(%s) read a %v", e.Sandbox, e.Type)
 		}
 		return nil
 	})

@@ -54,6 +54,12 @@ func (a *applier) apply(ctx context.Context, ds []Decision) ([]Decision, error) 
 			a.report.add(1)
 		}
 	}
+	kept := map[string]bool{} // conflicts: the parent's entry stays, even an empty directory
+	for _, d := range out {
+		if d.Action == ActionConflict {
+			kept[d.Path] = true
+		}
+	}
 	for i := len(out) - 1; i >= 0; i-- {
 		d := &out[i]
 		if d.Child != nil || (d.Action != ActionRemove && d.Action != ActionSame) {
@@ -63,11 +69,11 @@ func (a *applier) apply(ctx context.Context, ds []Decision) ([]Decision, error) 
 			return nil, err
 		}
 		if d.Action == ActionRemove {
-			if err := a.remove(d.Path); err != nil {
+			if err := a.remove(d); err != nil {
 				return nil, err
 			}
 		}
-		a.tidy(d.Path)
+		a.tidy(d.Path, kept)
 		a.report.add(1)
 	}
 	for i := range out {
@@ -101,13 +107,18 @@ func (a *applier) sweep(changed []string) error {
 	return nil
 }
 
-// remove unlinks the parent's file or symlink at p in one step.
-func (a *applier) remove(p string) error {
+// remove unlinks the parent's file or symlink at d.Path in one step, unless the parent
+// changed it since the scan (then it is a conflict).
+func (a *applier) remove(d *Decision) error {
+	p := d.Path
 	if err := a.stepf("remove " + p); err != nil {
 		return err
 	}
 	st, err := a.s.parent.lstat(p)
 	if err == nil && kindOf(st.Mode) != KindDir {
+		if a.changedSinceScan(p, &st) {
+			return a.conflictNow(d, ReasonBothChanged)
+		}
 		err = a.s.parent.remove(p, false)
 	}
 	if err != nil && !absent(err) {
@@ -116,12 +127,19 @@ func (a *applier) remove(p string) error {
 	return a.stepf("removed " + p)
 }
 
-// tidy removes the parent's directories at and above p that are empty and that the child
-// does not have, deepest first.
-func (a *applier) tidy(p string) {
+// changedSinceScan reports whether the parent's non-directory entry p (status st now) is
+// not the one the scan saw.
+func (a *applier) changedSinceScan(p string, st *unix.Stat_t) bool {
+	scanned, ok := a.s.parentStat[p]
+	return !ok || scanned != fingerprintOf(st)
+}
+
+// tidy removes the parent's directories at and above p that are empty, that the child
+// does not have and that are not kept, deepest first.
+func (a *applier) tidy(p string, kept map[string]bool) {
 	dirs := append(ancestors(p), p)
 	for _, q := range slices.Backward(dirs) {
-		if a.s.childDirs[q] {
+		if a.s.childDirs[q] || kept[q] {
 			return
 		}
 		st, err := a.s.parent.lstat(q)
@@ -159,10 +177,24 @@ func (a *applier) take(d *Decision) error {
 			return fmt.Errorf("take %s: %w", p, err)
 		}
 	}
-	if st, err := parent.lstat(p); err == nil && kindOf(st.Mode) == KindDir {
+	st, err := parent.lstat(p)
+	scanned, seen := a.s.parentStat[p]
+	switch {
+	case err == nil && kindOf(st.Mode) == KindDir:
+		if !seen || kindOf(scanned.Mode) != KindDir {
+			return a.conflictNow(d, ReasonDirectoryThere) // made since the scan
+		}
 		if err := a.emptyDir(p); err != nil {
 			return a.conflictNow(d, ReasonDirectoryThere)
 		}
+	case err == nil:
+		if a.changedSinceScan(p, &st) {
+			return a.conflictNow(d, ReasonBothChanged)
+		}
+	case !absent(err):
+		return fmt.Errorf("take %s: %w", p, err)
+	case seen && kindOf(scanned.Mode) != KindDir:
+		return a.conflictNow(d, ReasonBothChanged) // removed since the scan
 	}
 	tmp := beside(p)
 	if err := parent.remove(tmp, false); err != nil && !absent(err) {
@@ -174,7 +206,7 @@ func (a *applier) take(d *Decision) error {
 	if err := a.stepf("rename " + p); err != nil {
 		return err
 	}
-	err := parent.at(p, func(dfd int, name string) error {
+	err = parent.at(p, func(dfd int, name string) error {
 		return unix.Renameat(dfd, path.Base(tmp), dfd, name)
 	})
 	if err != nil {
@@ -270,12 +302,12 @@ func (a *applier) copyChild(p string, c Entry, t *root, dst string) error {
 			return err
 		}
 		f := os.NewFile(uintptr(fd), t.abs(dst))
-		_, err = copyInto(f, src)
+		_, err = copyInto(f, src, nil)
 		if err == nil {
 			err = unix.Fchmod(fd, st.Mode&0o7777)
 		}
 		if err == nil {
-			err = unix.UtimesNanoAt(dfd, name, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+			err = futimens(fd, st.Atim, st.Mtim)
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,11 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 		return err
 	}
 	res.Git = git
+	// Workspaces inside the parent (a state directory there) are never copied.
+	if rel, err := filepath.Rel(res.Parent, filepath.Dir(filepath.Dir(res.Dir))); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		prefix := filepath.ToSlash(rel) + "/"
+		paths = slices.DeleteFunc(paths, func(p string) bool { return rel == "." || strings.HasPrefix(p, prefix) })
+	}
 	src, err := openRoot(res.Parent)
 	if err != nil {
 		return err
@@ -192,6 +198,7 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 	entries := make([]mentry, len(paths))
 	kept := make([]bool, len(paths))
 	var cloned, copied atomic.Int64
+	var noClone atomic.Bool // set once the file system refused a clone
 	jobs := make(chan int)
 	errs := make(chan error, opts.Workers)
 	var wg sync.WaitGroup
@@ -202,7 +209,7 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				e, ok, nClone, err := copyEntry(src, base, work, paths[i])
+				e, ok, nClone, err := copyEntry(src, base, work, paths[i], &noClone)
 				if err != nil {
 					errs <- err
 					cancel()
@@ -284,50 +291,16 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 // copyEntry copies the parent's entry rel into base and work. ok is false when rel is
 // gone, a directory or a special file (left out). cloned counts the copies (0 to 2) that
 // shared extents.
-func copyEntry(src *root, base, work, rel string) (e mentry, ok bool, cloned int, err error) {
-	st, err := src.lstat(rel)
-	if err != nil {
-		if absent(err) {
-			return e, false, 0, nil
-		}
-		return e, false, 0, err
-	}
-	e = mentry{Path: rel, Kind: kindOf(st.Mode)}
+func copyEntry(src *root, base, work, rel string, noClone *atomic.Bool) (e mentry, ok bool, cloned int, err error) {
+	e = mentry{Path: rel}
 	dsts := [2]string{filepath.Join(base, filepath.FromSlash(rel)), filepath.Join(work, filepath.FromSlash(rel))}
-	switch e.Kind {
-	case KindSymlink:
-		e.Parent = fingerprintOf(&st)
-		if e.Target, err = src.readlink(rel); err != nil {
-			return e, false, 0, err
-		}
-		e.Size = int64(len(e.Target))
-		for _, d := range dsts {
-			if err := os.Symlink(e.Target, d); err != nil {
-				return e, false, 0, err
-			}
-		}
-		var cst unix.Stat_t
-		if err := unix.Lstat(dsts[1], &cst); err != nil {
-			return e, false, 0, &fs.PathError{Op: "lstat", Path: dsts[1], Err: err}
-		}
-		e.Child = fingerprintOf(&cst)
-		return e, true, 0, nil
-	case KindFile:
-		f, err := src.open(rel)
-		if err != nil {
-			if absent(err) || errors.Is(err, unix.EINVAL) {
-				return e, false, 0, nil
-			}
-			return e, false, 0, err
-		}
+	f, fst, err := src.openFile(rel)
+	switch {
+	case err == nil:
 		defer f.Close()
-		var fst unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &fst); err != nil {
-			return e, false, 0, &fs.PathError{Op: "fstat", Path: f.Name(), Err: err}
-		}
-		e.Parent, e.Mode, e.Size = fingerprintOf(&fst), permOf(fst.Mode), fst.Size
+		e.Kind, e.Parent, e.Mode, e.Size = KindFile, fingerprintOf(&fst), permOf(fst.Mode), fst.Size
 		for i, d := range dsts {
-			c, cst, err := cloneTo(d, f, &fst)
+			c, cst, err := cloneTo(d, f, &fst, noClone, i == 1)
 			if err != nil {
 				return e, false, 0, err
 			}
@@ -339,30 +312,59 @@ func copyEntry(src *root, base, work, rel string) (e mentry, ok bool, cloned int
 			}
 		}
 		return e, true, cloned, nil
+	case absent(err) && !errors.Is(err, unix.ELOOP):
+		return e, false, 0, nil
+	case !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.EINVAL):
+		return e, false, 0, err
 	}
-	return e, false, 0, nil
+	// A symlink (or one on the way, or a special file).
+	st, err := src.lstat(rel)
+	if err != nil {
+		if absent(err) {
+			return e, false, 0, nil
+		}
+		return e, false, 0, err
+	}
+	if kindOf(st.Mode) != KindSymlink {
+		return e, false, 0, nil
+	}
+	e.Kind, e.Parent = KindSymlink, fingerprintOf(&st)
+	if e.Target, err = src.readlink(rel); err != nil {
+		return e, false, 0, err
+	}
+	e.Size = int64(len(e.Target))
+	for _, d := range dsts {
+		if err := os.Symlink(e.Target, d); err != nil {
+			return e, false, 0, err
+		}
+	}
+	var cst unix.Stat_t
+	if err := unix.Lstat(dsts[1], &cst); err != nil {
+		return e, false, 0, &fs.PathError{Op: "lstat", Path: dsts[1], Err: err}
+	}
+	e.Child = fingerprintOf(&cst)
+	return e, true, 0, nil
 }
 
-// cloneTo makes a new file at dst with the bytes, mode and times of the open file f (whose
-// status is st), and returns whether it shares f's extents and the new file's status.
-func cloneTo(dst string, f *os.File, st *unix.Stat_t) (bool, unix.Stat_t, error) {
+// cloneTo makes a new file at dst with the bytes of the open file f (whose status is st)
+// and returns whether it shares f's extents. With keep, the new file also gets f's mode
+// and times, and its status is returned; without (the base, which only keeps bytes for
+// comparison), it stays private (0600).
+func cloneTo(dst string, f *os.File, st *unix.Stat_t, noClone *atomic.Bool, keep bool) (bool, unix.Stat_t, error) {
 	var out unix.Stat_t
-	if _, err := f.Seek(0, 0); err != nil {
-		return false, out, err
-	}
 	d, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return false, out, err
 	}
-	cloned, err := copyInto(d, f)
-	if err == nil {
+	cloned, err := copyInto(d, f, noClone)
+	if err == nil && keep {
 		err = unix.Fchmod(int(d.Fd()), st.Mode&0o7777)
-	}
-	if err == nil {
-		err = unix.UtimesNanoAt(unix.AT_FDCWD, dst, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
-	}
-	if err == nil {
-		err = unix.Fstat(int(d.Fd()), &out)
+		if err == nil {
+			err = futimens(int(d.Fd()), st.Atim, st.Mtim)
+		}
+		if err == nil {
+			err = unix.Fstat(int(d.Fd()), &out)
+		}
 	}
 	if cerr := d.Close(); err == nil {
 		err = cerr

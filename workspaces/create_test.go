@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCreateCopiesWhatTheGitignoreFilesKeep checks a copy without git: ignored files and
@@ -55,13 +56,22 @@ func TestCreateCopiesWhatTheGitignoreFilesKeep(t *testing.T) {
 		"link link->a.txt",
 		"link dangling->../../nowhere",
 	)
-	for _, where := range []string{res.Path(), res.Base()} {
-		if got := readTree(t, where); !maps.Equal(got, want) {
-			t.Fatalf("%s holds\n%v\nwant\n%v", where, got, want)
-		}
+	if got := readTree(t, res.Path()); !maps.Equal(got, want) {
+		t.Fatalf("the copy holds\n%v\nwant\n%v", got, want)
+	}
+	if got := readTree(t, res.Base()); !maps.Equal(got, private(want)) {
+		t.Fatalf("the base holds\n%v\nwant\n%v", got, private(want))
 	}
 	if res.Git || res.Files != 7 || res.Symlinks != 2 || res.Cloned+res.Copied != 14 {
 		t.Fatalf("result %+v", res)
+	}
+	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+	if err := os.Chtimes(filepath.Join(parent, "a.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	again := mustCreate(t, parent, filepath.Join(dir, "state"), "c2")
+	if st, err := os.Stat(filepath.Join(again.Path(), "a.txt")); err != nil || !st.ModTime().Equal(old) {
+		t.Fatalf("modification time not kept: %v %v", st.ModTime(), err)
 	}
 	if st, err := os.Stat(filepath.Join(res.Path(), "src", "deep")); err != nil || st.Mode().Perm() != 0o555 {
 		t.Fatalf("directory mode not kept: %v %v", st.Mode(), err)
@@ -190,5 +200,17 @@ func TestParentKey(t *testing.T) {
 	}
 	if got := ParentKey("/x/.hidden dir/"); !strings.HasPrefix(got, "_hidden_dir-") {
 		t.Fatalf("ParentKey = %q", got)
+	}
+}
+
+// TestCreateWithTheStateInsideTheParent checks a state directory inside the parent is not
+// copied into the workspace.
+func TestCreateWithTheStateInsideTheParent(t *testing.T) {
+	parent := t.TempDir()
+	writeTree(t, parent, tree(t, "file a=1"))
+	mustCreate(t, parent, parent, "one") // the state is the parent itself
+	res := mustCreate(t, parent, parent, "two")
+	if got := readTree(t, res.Path()); !maps.Equal(got, tree(t, "file a=1")) {
+		t.Fatalf("the copy holds %v", got)
 	}
 }

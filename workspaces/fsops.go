@@ -9,7 +9,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,22 +53,28 @@ func (r *root) openat2(rel string, flags int) (int, error) {
 }
 
 // open opens the regular file rel for reading. A symlink anywhere on the way, or a
-// non-regular file at rel, is an error.
+// non-regular file at rel (EINVAL), is an error.
 func (r *root) open(rel string) (*os.File, error) {
+	f, _, err := r.openFile(rel)
+	return f, err
+}
+
+// openFile is open that also returns the open file's status.
+func (r *root) openFile(rel string) (*os.File, unix.Stat_t, error) {
+	var st unix.Stat_t
 	fd, err := r.openat2(rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
+		return nil, st, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), r.abs(rel))
-	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
 		if err == nil {
 			err = syscall.EINVAL
 		}
-		return nil, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
+		return nil, st, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
 	}
-	return f, nil
+	return f, st, nil
 }
 
 // dirOf opens the directory holding rel and returns it with rel's last element. The
@@ -168,20 +177,30 @@ func fingerprintOf(st *unix.Stat_t) fingerprint {
 	}
 }
 
-// copyInto fills dst (empty, open for writing) with the bytes of src: a clone of its
+// copyInto fills dst (empty, open for writing at offset 0) with the bytes of src (read
+// from offset 0, whatever its file offset): a clone of its
 // extents (FICLONE) where the file system can, else an in-kernel byte copy
-// (copy_file_range), else read and write.
-func copyInto(dst, src *os.File) (cloned bool, err error) {
-	if unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil {
-		return true, nil
+// (copy_file_range), else read and write. When noClone is set no clone is tried; a
+// refusal that says the file systems cannot clone sets it (for a run between the same
+// two file systems the answer does not change).
+func copyInto(dst, src *os.File, noClone *atomic.Bool) (cloned bool, err error) {
+	if noClone == nil || !noClone.Load() {
+		err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd()))
+		if err == nil {
+			return true, nil
+		}
+		if noClone != nil && (err == unix.EOPNOTSUPP || err == unix.EXDEV || err == unix.ENOTTY || err == unix.ENOSYS) {
+			noClone.Store(true)
+		}
 	}
+	var off int64
 	for {
-		n, err := unix.CopyFileRange(int(src.Fd()), nil, int(dst.Fd()), nil, 1<<30, 0)
+		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(dst.Fd()), nil, 1<<30, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			if off == 0 && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
 				break
 			}
 			return false, fmt.Errorf("copy %s: %w", src.Name(), err)
@@ -190,17 +209,15 @@ func copyInto(dst, src *os.File) (cloned bool, err error) {
 			return false, nil
 		}
 	}
-	// copy_file_range refused before writing anything (it fails only up front for these
-	// errors); fall back to a plain copy from where the offsets are.
-	if _, err := io.Copy(onlyWriter{dst}, onlyReader{src}); err != nil {
+	// copy_file_range refused before copying anything: read and write.
+	if _, err := io.Copy(onlyWriter{dst}, io.NewSectionReader(src, 0, 1<<62)); err != nil {
 		return false, fmt.Errorf("copy %s: %w", src.Name(), err)
 	}
 	return false, nil
 }
 
-// onlyReader and onlyWriter hide the ReaderFrom/WriterTo of *os.File so io.Copy does not
-// try copy_file_range again.
-type onlyReader struct{ io.Reader }
+// onlyWriter hides the ReaderFrom of *os.File so io.Copy does not try copy_file_range
+// again.
 type onlyWriter struct{ io.Writer }
 
 // sameBytes reports whether the files a and b hold the same bytes, reading both to the
@@ -262,9 +279,26 @@ func writeAtomic(name string, data []byte, durable bool) error {
 	return nil
 }
 
-// removeTree removes the tree at p, making its directories writable first if a plain
-// removal is refused (a copy keeps read-only directory modes).
+// removeTree removes the tree at p, its top-level entries by several goroutines at once,
+// making its directories writable first if a plain removal is refused (a copy keeps
+// read-only directory modes).
 func removeTree(p string) error {
+	if entries, err := os.ReadDir(p); err == nil && len(entries) > 1 {
+		work := make(chan string)
+		var wg sync.WaitGroup
+		for range min(8, len(entries)) {
+			wg.Go(func() {
+				for q := range work {
+					os.RemoveAll(q)
+				}
+			})
+		}
+		for _, e := range entries {
+			work <- filepath.Join(p, e.Name())
+		}
+		close(work)
+		wg.Wait()
+	}
 	if err := os.RemoveAll(p); err == nil {
 		return nil
 	}
@@ -316,6 +350,17 @@ func (r *root) mkdir(rel string, mode fs.FileMode) error {
 	})
 	if err != nil {
 		return &fs.PathError{Op: "mkdir", Path: r.abs(rel), Err: err}
+	}
+	return nil
+}
+
+// futimens sets the access and modification times of the open file fd (utimensat with a
+// NULL path: no path lookup).
+func futimens(fd int, atime, mtime unix.Timespec) error {
+	ts := [2]unix.Timespec{atime, mtime}
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
 	}
 	return nil
 }

@@ -35,7 +35,6 @@ type HandBackOptions struct {
 	// read, when not nil, is told of every open (n == 0) and read of file content. Tests
 	// use it to check what a hand-back reads.
 	read func(name string, n int)
-
 }
 
 // Outcome is the record of a finished hand-back, kept as the workspace's handback.json.

@@ -57,10 +57,11 @@ func stage(t tb, dir string, sc scenario) *staged {
 	ws := mustCreate(t, parentDir, filepath.Join(dir, "state"), "child")
 	copied := files(sc.base)
 	addDirs(copied)
-	for _, where := range []string{ws.Path(), ws.Base()} {
-		if got := readTree(t, where); !maps.Equal(got, copied) {
-			t.Fatalf("the copy at %s holds %v, want %v", where, got, copied)
-		}
+	if got := readTree(t, ws.Path()); !maps.Equal(got, copied) {
+		t.Fatalf("the copy holds %v, want %v", got, copied)
+	}
+	if got := readTree(t, ws.Base()); !maps.Equal(got, private(copied)) {
+		t.Fatalf("the base holds %v, want %v", got, private(copied))
 	}
 	syncTree(t, parentDir, sc.base, sc.parent, sc.touchParent)
 	syncTree(t, ws.Path(), copied, sc.child, sc.touchChild)
@@ -341,5 +342,42 @@ func TestHandBackChildGitignoreHidesNoBaseFile(t *testing.T) {
 	}
 	if got := conflictsOf(out); !slices.Equal(got, []string{"pipe:unsupported-kind"}) || out.Conflicts[0].Saved != "" {
 		t.Fatalf("conflicts %+v", out.Conflicts)
+	}
+}
+
+// private returns l with every file's mode 0600: the base keeps only bytes.
+func private(l Listing) Listing {
+	out := maps.Clone(l)
+	for p, e := range out {
+		if e.Kind == KindFile {
+			e.Mode = 0o600
+			out[p] = e
+		}
+	}
+	return out
+}
+
+// TestHandBackParentChangedDuringTheHandBack checks a parent file changed after the scan,
+// before its rename, is kept as a conflict and not overwritten.
+func TestHandBackParentChangedDuringTheHandBack(t *testing.T) {
+	sc := scenario{base: tree(t, "file x=1", "file y=1"), parent: tree(t, "file x=1", "file y=1"), child: tree(t, "file x=2")}
+	st := stage(t, t.TempDir(), sc)
+	out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true, Step: func(name string) error {
+		if name == "remove y" {
+			return os.WriteFile(filepath.Join(st.parentDir, "x"), []byte("3"), 0o644)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, st.parentDir); !maps.Equal(got, tree(t, "file x=3")) {
+		t.Fatalf("parent %v", got)
+	}
+	if got := conflictsOf(out); !slices.Equal(got, []string{"x:both-changed"}) {
+		t.Fatalf("conflicts %v", got)
+	}
+	if data, err := os.ReadFile(out.Conflicts[0].Saved); err != nil || string(data) != "2" {
+		t.Fatalf("saved %q %v", data, err)
 	}
 }

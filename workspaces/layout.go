@@ -46,7 +46,7 @@ func ValidID(id string) error {
 
 // ParentKey returns the directory name that groups the workspaces of one parent directory
 // under <state>/workspaces: the parent's base name made safe (bytes outside [A-Za-z0-9._-]
-// become "_", a leading "." becomes "_", cut to 32 bytes; "root" for "/"), "-", and the
+// become "_", a leading "." or "-" becomes "_", cut to 32 bytes; "root" for "/"), "-", and the
 // first 16 hex digits of the SHA-256 of the cleaned absolute path. Two parents with the
 // same base name get different keys; the key is readable in a listing of the state dir.
 func ParentKey(absParent string) string {
@@ -62,7 +62,7 @@ func ParentKey(absParent string) string {
 	}
 	for i, c := range b {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok || (i == 0 && c == '.') {
+		if !ok || (i == 0 && (c == '.' || c == '-')) {
 			b[i] = '_'
 		}
 	}

@@ -124,6 +124,11 @@ func modelApply(t tb, parent, child Listing, m Merge, n int) Listing {
 	t.Helper()
 	out := maps.Clone(parent)
 	childDirs := dirsOf(child)
+	for _, d := range m.Decisions {
+		if d.Action == ActionConflict {
+			childDirs[d.Path] = true // tidying keeps what a conflict keeps
+		}
+	}
 	ops := applyOrder(m)
 	if n < 0 || n > len(ops) {
 		n = len(ops)

@@ -32,6 +32,9 @@ type scanner struct {
 
 	child     map[string]unix.Stat_t // the child's files, symlinks and special files
 	childDirs map[string]bool        // the child's directories (not ignored)
+	// parentStat holds the stat of each parent entry the scan looked at, so the apply
+	// can tell one the parent changed since.
+	parentStat map[string]fingerprint
 
 	baseL, parentL, childL Listing
 }
@@ -134,7 +137,7 @@ func (s *scanner) labelChild() ([]string, error) {
 // directories, and all that lies below it when it is a directory there. Plan asks about
 // nothing else.
 func (s *scanner) labelParent(changed []string) error {
-	s.parentL = Listing{}
+	s.parentL, s.parentStat = Listing{}, map[string]fingerprint{}
 	seen := map[string]bool{}
 	for _, p := range changed {
 		if err := s.labelParentAt(p, seen); err != nil {
@@ -196,6 +199,7 @@ func (s *scanner) labelParentAt(p string, seen map[string]bool) error {
 		return err
 	}
 	s.parentL[p] = e
+	s.parentStat[p] = fingerprintOf(&st)
 	return nil
 }
 

@@ -92,8 +92,8 @@ func fiemapShared(t testing.TB, p string) (bool, int) {
 	defer f.Close()
 	buf := make([]uint64, (headerSize+extentSize*maxExtents)/8)
 	raw := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), len(buf)*8)
-	binary.NativeEndian.PutUint64(raw[8:], ^uint64(0)) // fm_length
-	binary.NativeEndian.PutUint32(raw[16:], flagSync)  // fm_flags
+	binary.NativeEndian.PutUint64(raw[8:], ^uint64(0))  // fm_length
+	binary.NativeEndian.PutUint32(raw[16:], flagSync)   // fm_flags
 	binary.NativeEndian.PutUint32(raw[24:], maxExtents) // fm_extent_count
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
 		t.Fatalf("FIEMAP %s: %v", p, errno)

@@ -12,30 +12,53 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/spf13/cobra"
 )
 
 // runFlags are the flags of `kennel run`.
 type runFlags struct {
-	codes []string
-	dir   string
-	debug bool
+	codes      []string
+	dir        string
+	debug      bool
+	sh         string        // --sh: a shell command to run as a job instead of cells
+	budget     time.Duration // --budget: when a --sh job detaches (0: never)
+	noTruncate bool          // --no-truncate: print every byte of a --sh job
 }
 
 func newRunCmd() *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run [-c CODE]... [FILE | -]",
-		Short: "Run Python cells in a fresh local kernel",
+		Use:   "run [-c CODE]... [FILE | -] | --sh CMD [--budget D] [--no-truncate]",
+		Short: "Run Python cells, or a shell command, in a fresh local kernel",
 		Long: `Run Python code as cells in a fresh kernel and stream its output.
 
 Each -c is one cell; a FILE is one cell; "-" reads cells from stdin, separated by lines
 that start with "# %%" (the percent format editors use). Cells share one namespace; the
 value of a cell's last expression is printed. A failing cell prints its traceback and
-kennel exits 1; Ctrl-C interrupts the running cell and kennel exits 130.`,
+kennel exits 1; Ctrl-C interrupts the running cell and kennel exits 130.
+
+With --sh, kennel runs CMD with /bin/sh -c inside the sandbox as a job instead, and
+prints its output (stdout and stderr together) as it arrives, bounded like every job's:
+the first 50 KiB and 2000 lines. Past the bound it prints a notice on stderr saying how
+many bytes and lines were dropped and where the full output was saved. --no-truncate
+prints every byte. kennel exits with the job's exit code (128+N when signal N ended it).
+--budget D makes the job detach after D, as a blocking call does: kennel then says on
+stderr that the job detached and keeps waiting for its end; it does not kill it.
+Ctrl-C kills the job's process group and kennel exits 130.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.sh != "" {
+				if len(f.codes) > 0 || len(args) > 0 {
+					return &exitError{code: 2, msg: "--sh runs one shell command: give no -c, FILE or -"}
+				}
+				return runShell(cmd.Context(), f, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			if cmd.Flags().Changed("budget") || f.noTruncate {
+				return &exitError{code: 2, msg: "--budget and --no-truncate go with --sh"}
+			}
 			cells, err := collectCells(f.codes, args, cmd.InOrStdin())
 			if err != nil {
 				return &exitError{code: 2, msg: err.Error()}
@@ -46,6 +69,9 @@ kennel exits 1; Ctrl-C interrupts the running cell and kennel exits 130.`,
 	cmd.Flags().StringArrayVarP(&f.codes, "code", "c", nil, "a cell of Python code (repeatable)")
 	cmd.Flags().StringVarP(&f.dir, "dir", "C", "", "the session's working directory (default: the current directory)")
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log the controller's diagnostics to stderr")
+	cmd.Flags().StringVar(&f.sh, "sh", "", "run this shell command (/bin/sh -c) in the sandbox as a job instead of cells")
+	cmd.Flags().DurationVar(&f.budget, "budget", 0, "with --sh: detach the job after this long, say so and keep waiting (0: never)")
+	cmd.Flags().BoolVar(&f.noTruncate, "no-truncate", false, "with --sh: print every byte of the job's output (truncation off)")
 	return cmd
 }
 
@@ -99,13 +125,13 @@ func splitCells(text string) []string {
 	return cells
 }
 
-// runCells runs cells one after another in a fresh local session.
-func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io.Writer) error {
+// startLocal starts a fresh local session in f's directory; close it with closeSession.
+func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, error) {
 	dir := f.dir
 	if dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		dir = wd
 	}
@@ -115,23 +141,31 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 	}
 	bundle, err := images.Stub()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s, err := controller.Start(ctx, controller.Options{
-		Transport: local.New(local.Options{}),
-		Dir:       dir,
-		Bundle:    bundle.Hash(),
-		Handler:   hostHandler(dir),
-		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+	return controller.Start(ctx, controller.Options{
+		Transport:  local.New(local.Options{}),
+		Dir:        dir,
+		Bundle:     bundle.Hash(),
+		Handler:    hostHandler(dir),
+		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Truncation: truncation,
 	})
+}
+
+func closeSession(ctx context.Context, s *controller.Session) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = s.Close(cctx)
+}
+
+// runCells runs cells one after another in a fresh local session.
+func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io.Writer) error {
+	s, err := startLocal(ctx, f, output.Default(), stderr)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
+	defer closeSession(ctx, s)
 	sink := controller.WriterSink{Stdout: stdout, Stderr: stderr}
 	for _, code := range cells {
 		res, err := s.Execute(ctx, code, sink)
@@ -160,4 +194,109 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 		}
 	}
 	return nil
+}
+
+// runShell runs f.sh as a job in a fresh local session: it prints the job's output as it
+// arrives within the job's window (controller.OutputFollower), then the truncation
+// notice, and exits with the job's code. Past --budget the job detaches: kennel says so
+// and keeps waiting. Ctrl-C kills the job.
+func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
+	truncation := output.Default()
+	if f.noTruncate {
+		truncation = output.Off()
+	}
+	s, err := startLocal(ctx, f, truncation, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeSession(ctx, s)
+	job, err := s.RunJob(ctx, f.sh, controller.JobOptions{})
+	if err != nil {
+		return err
+	}
+	follow := controller.NewOutputFollower(job, truncation, stdout)
+
+	const tick = 50 * time.Millisecond // how often the output so far is printed
+	started := time.Now()
+	detached := f.budget <= 0
+	var settled jobs.Settled
+	for {
+		w, err := s.WaitJob(ctx, job.ID(), tick)
+		if err != nil {
+			return err
+		}
+		if err := follow.Poll(); err != nil {
+			return err
+		}
+		if st, ok := w.Outcome.(jobs.Settled); ok {
+			settled = st
+			if w.Err != nil {
+				fmt.Fprintf(stderr, "kennel: job %s: %v\n", job.ID(), w.Err)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return killShell(s, job, follow, stderr)
+		}
+		if !detached && time.Since(started) >= f.budget {
+			detached = true
+			fmt.Fprintf(stderr, "kennel: job %s still running after %v: detached; waiting for its end (Ctrl-C kills it)\n", job.ID(), f.budget)
+		}
+	}
+	if err := follow.Finish(settled.Output); err != nil {
+		return err
+	}
+	printNotice(ctx, s, settled, stderr)
+	return jobExit(settled.End)
+}
+
+// killShell kills the job after Ctrl-C, waits for its end a while and prints what it kept.
+func killShell(s *controller.Session, job *jobs.Job, follow *controller.OutputFollower, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.KillJob(ctx, job.ID()); err != nil {
+		fmt.Fprintf(stderr, "kennel: kill job %s: %v\n", job.ID(), err)
+	}
+	if w, err := s.WaitJob(ctx, job.ID(), 10*time.Second); err == nil {
+		if st, ok := w.Outcome.(jobs.Settled); ok {
+			_ = follow.Poll()
+			_ = follow.Finish(st.Output)
+			printNotice(ctx, s, st, stderr)
+		}
+	}
+	return &exitError{code: 130, msg: "interrupted: job " + job.ID().String() + " killed"}
+}
+
+// printNotice prints the truncation notice of a settled job, naming the file its full
+// output was saved to, or why it was not kept whole.
+func printNotice(ctx context.Context, s *controller.Session, st jobs.Settled, stderr io.Writer) {
+	r := st.Output
+	if !r.Truncated() {
+		return
+	}
+	r.Where = ""
+	if path, err := s.SaveOutput(context.WithoutCancel(ctx), st.ID); err == nil {
+		r.Where = path
+	} else if job, ok := s.Jobs().Job(st.ID); ok {
+		cs := job.Capture().Stat()
+		r.ArtifactErr = fmt.Errorf("only the first %d bytes were retained", cs.Retained)
+		if cs.SpillPath != "" {
+			r.ArtifactErr = fmt.Errorf("only the first %d bytes were retained, in %s", cs.Retained, cs.SpillPath)
+		}
+	}
+	fmt.Fprintln(stderr, r.Notice())
+}
+
+// jobExit turns a job's end into kennel's exit: its code, 128+N for signal N, 1 when
+// the end is unknown.
+func jobExit(end jobs.End) error {
+	switch {
+	case end.ExitCode != nil && *end.ExitCode == 0:
+		return nil
+	case end.ExitCode != nil:
+		return &exitError{code: *end.ExitCode}
+	case end.Signal != 0:
+		return &exitError{code: 128 + end.Signal}
+	}
+	return &exitError{code: 1, msg: "the job's end is unknown"}
 }

@@ -2,7 +2,9 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -37,22 +39,38 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// streamFrame is a 1 MiB stream frame as the stub writes it: printable text with an
-// escaped newline every 80 bytes or so and a few non-ASCII runes.
-func streamFrame(size int, id string) []byte {
+// streamFrame is a stream frame of size bytes as the stub writes it (json.dumps, ASCII):
+// log lines of about 80 bytes, each ended by an escaped newline, a quoted word now and
+// then. escaped makes it escape-heavy instead: four escapes a line (\u00e9, two \", \n).
+func streamFrame(size int, id string, escaped bool) []byte {
 	pre := `{"event": "stream", "id": "` + id + `", "name": "stdout", "text": "`
 	post := "\"}\n"
+	lines := []string{
+		`2026-11-30 00:12:01 INFO train step=12345 loss=0.0421 acc=0.9876 lr=3.0e-04\n`,
+		`2026-11-30 00:12:01 INFO eval  step=12345 split=valid f1=0.8812 n=20000\n`,
+		`2026-11-30 00:12:02 WARN data  skipped record 8812: field \"label\" is empty\n`,
+	}
+	if escaped {
+		lines = []string{`[INFO] step 12345 loss=0.0421 accuracy=0.9876 lr=3e-4 tokens/s=12\u00e9456 \"ok\"\n`}
+	}
 	var sb strings.Builder
 	sb.WriteString(pre)
-	line := `[INFO] step 12345 loss=0.0421 accuracy=0.9876 lr=3e-4 tokens/s=12\u00e9456 \"ok\"\n`
-	for sb.Len()+len(line)+len(post) <= size {
-		sb.WriteString(line)
+	for i := 0; sb.Len()+len(lines[i%len(lines)])+len(post) <= size; i++ {
+		sb.WriteString(lines[i%len(lines)])
 	}
 	for sb.Len()+len(post) < size {
 		sb.WriteByte('x')
 	}
 	sb.WriteString(post)
 	return []byte(sb.String())
+}
+
+// displayFrame is a display frame of size bytes: a PNG as base64, with its text/plain.
+func displayFrame(size int, id string) []byte {
+	pre := `{"event": "display", "id": "` + id + `", "data": {"text/plain": "<Figure size 640x480 with 1 Axes>", "image/png": "`
+	post := "\"}}\n"
+	png := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x02\x80"), size))
+	return []byte(pre + png[:size-len(pre)-len(post)] + post)
 }
 
 // requestFrames returns n host requests of about 200 bytes each, with distinct ids.
@@ -83,16 +101,21 @@ func reportCPU(b *testing.B, start time.Duration) {
 func benchGate(b *testing.B, data []byte, frameLen int) {
 	b.SetBytes(int64(frameLen))
 	b.ReportAllocs()
+	frames := 0
 	g := New(Config{
 		Serves:    func(string) bool { return true },
-		OnRequest: func(Request) {},
+		OnRequest: func(Request) { frames++ },
 		OnRefusal: func(r Refusal) { b.Fatalf("refused %+v", r) },
-		OnEvent:   func(Frame) {},
+		OnEvent:   func(Frame) { frames++ },
 	})
 	b.ResetTimer()
-	defer reportCPU(b, cpuTime())
+	start := cpuTime()
 	if err := g.Run(context.Background(), &repeatReader{data: data, left: b.N * frameLen}); err != nil {
 		b.Fatal(err)
+	}
+	reportCPU(b, start)
+	if frames != b.N {
+		b.Fatalf("%d frames decided, want %d", frames, b.N)
 	}
 }
 
@@ -100,7 +123,7 @@ func benchBufio(b *testing.B, data []byte, frameLen int, bufSize int) {
 	b.SetBytes(int64(frameLen))
 	b.ReportAllocs()
 	b.ResetTimer()
-	defer reportCPU(b, cpuTime())
+	start := cpuTime()
 	br := bufio.NewReaderSize(&repeatReader{data: data, left: b.N * frameLen}, bufSize)
 	lines := 0
 	for {
@@ -111,24 +134,47 @@ func benchBufio(b *testing.B, data []byte, frameLen int, bufSize int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lines += len(line) & 1
+		if len(line) == frameLen {
+			lines++
+		}
 	}
-	_ = lines
+	reportCPU(b, start)
+	if lines != b.N {
+		b.Fatalf("%d lines split, want %d", lines, b.N)
+	}
 }
 
+// frames1MiB is the output of a cell as the kernel frames it: 1 MiB stream frames of
+// log text and 1 MiB display frames of a PNG, alternating.
 func frames1MiB() []byte {
 	var data []byte
-	for _, id := range []string{"c1", "c1", "c2", "c2"} {
-		data = append(data, streamFrame(1<<20, id)...)
+	for _, id := range []string{"c1", "c2"} {
+		data = append(data, streamFrame(1<<20, id, false)...)
+		data = append(data, displayFrame(1<<20, id)...)
 	}
 	return data
 }
 
-// BenchmarkGate1MiBFrames: 1 MiB stream frames through the gate (split, validate, head).
+// escapedFrames1MiB is 1 MiB stream frames of escape-heavy text (an escape every 20 bytes).
+func escapedFrames1MiB() []byte {
+	return append(streamFrame(1<<20, "c1", true), streamFrame(1<<20, "c2", true)...)
+}
+
+// BenchmarkGate1MiBFrames: 1 MiB stream and display frames through the gate (split,
+// validate, head, OnEvent).
 func BenchmarkGate1MiBFrames(b *testing.B) { benchGate(b, frames1MiB(), 1<<20) }
 
 // BenchmarkBufioLines1MiB: the baseline, the same bytes split by bufio.Reader.ReadSlice.
 func BenchmarkBufioLines1MiB(b *testing.B) { benchBufio(b, frames1MiB(), 1<<20, 4<<20) }
+
+// BenchmarkGate1MiBEscapedText: the gate's worst realistic case, text with an escape
+// every 20 bytes.
+func BenchmarkGate1MiBEscapedText(b *testing.B) { benchGate(b, escapedFrames1MiB(), 1<<20) }
+
+// BenchmarkBufioLines1MiBEscapedText: its baseline.
+func BenchmarkBufioLines1MiBEscapedText(b *testing.B) {
+	benchBufio(b, escapedFrames1MiB(), 1<<20, 4<<20)
+}
 
 // BenchmarkGate200BRequests: ~200-byte host requests accepted with a no-op handler.
 func BenchmarkGate200BRequests(b *testing.B) {

@@ -130,13 +130,18 @@ func eventName(b []byte) string {
 	return string(b)
 }
 
-// eventID returns id as a string, reusing the last one when equal (a cell's stream
-// frames share their id).
+// eventID returns id as a string, reusing one of the last few when equal: a cell's
+// stream and display frames share their id, so most events allocate nothing.
 func (g *Gate) eventID(id []byte) string {
-	if string(id) != g.last {
-		g.last = string(id)
+	for _, s := range g.recent {
+		if s == string(id) {
+			return s
+		}
 	}
-	return g.last
+	s := string(id)
+	g.recent[g.nextRecent] = s
+	g.nextRecent = (g.nextRecent + 1) % len(g.recent)
+	return s
 }
 
 // intern returns typ as a string, from a bounded table of names seen.

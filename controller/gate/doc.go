@@ -35,8 +35,17 @@
 // Heads are read by a small scanner, not by encoding/json: escapes in keys and values are
 // decoded exactly as encoding/json decodes them (a lone surrogate becomes U+FFFD), and
 // JSON whitespace is allowed between tokens. Whole lines are checked by a validator that
-// accepts what json.Valid accepts (nesting up to 10000) with valid UTF-8; it skips string
-// bodies eight bytes at a time and allocates nothing.
+// accepts exactly what json.Valid accepts (nesting up to 10000) when the line is valid
+// UTF-8 and an object. It allocates nothing, finds the end of short string runs eight
+// bytes a step (SWAR) and of long ones 64 bytes a step with AVX2 where the CPU has it (the
+// build tag purego keeps it to Go), and checks UTF-8 only on lines holding non-ASCII bytes.
+// A within-limit line's head is taken from the validator's pass; only a line over the
+// limit is scanned for its head alone.
+//
+// Memory: the gate holds a line whole only while it is within the limit, so its buffer
+// grows to about MaxLine at most (and shrinks back once long lines stop). Past the limit
+// it reads the rest of the line through that buffer and keeps none of it. A Frame's Line
+// is the gate's buffer, valid during OnEvent; a Request's Line is a copy the receiver owns.
 //
 // Use:
 //

@@ -3,6 +3,8 @@ package gate
 import (
 	"reflect"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // fuzzLimits are small so that every rule, over the limit too, is within the fuzzer's reach.
@@ -51,6 +53,49 @@ func FuzzGate(f *testing.F) {
 				}
 			}
 			accepted = append(accepted, o.ID)
+		}
+	})
+}
+
+// FuzzHead checks the head scanner against refHead (json.Decoder's tokenizer) on any
+// bytes: the same verdict, and the same event, id and type.
+func FuzzHead(f *testing.F) {
+	for _, s := range []string{
+		`{"event":"host_request","id":"a","type":"fs.read"`, `{ "event" : "stream" , "id" : "c\u0031"`,
+		`{"\u0065vent":"host_request","id":"\ud83d\ude00","type":null}`, `{"event":"host_request","id":"a","typ`,
+		`{"id":"a"}`, "{\"event\":\"x\",\"id\":\"\xff\"}", `{"event":"log","id":"\ud800`,
+	} {
+		f.Add([]byte(s))
+	}
+	var s headScanner
+	f.Fuzz(func(t *testing.T, h []byte) {
+		got := s.scan(h)
+		want, ok := refHead(h)
+		if got.ok != ok {
+			t.Fatalf("%q: scan ok=%v (%s), refHead ok=%v", h, got.ok, got.why, ok)
+		}
+		if !ok {
+			return
+		}
+		if string(got.event) != want.event || string(got.id) != want.id || got.hasType != want.hasType || string(got.typ) != want.typ {
+			t.Fatalf("%q: scan %q %q %v %q, refHead %+v", h, got.event, got.id, got.hasType, got.typ, want)
+		}
+	})
+}
+
+// TestHeadMatchesReference runs FuzzHead's check on generated JSON-ish heads, cut at
+// every length.
+func TestHeadMatchesReference(t *testing.T) {
+	var s headScanner
+	rapid.Check(t, func(t *rapid.T) {
+		b := genJSONish(t)
+		for n := 0; n <= len(b); n++ {
+			h := b[:n]
+			got := s.scan(h)
+			want, ok := refHead(h)
+			if got.ok != ok || ok && (string(got.event) != want.event || string(got.id) != want.id || got.hasType != want.hasType || string(got.typ) != want.typ) {
+				t.Fatalf("%q: scan %v %q %q %v %q, refHead %v %+v", h, got.ok, got.event, got.id, got.hasType, got.typ, ok, want)
+			}
 		}
 	})
 }

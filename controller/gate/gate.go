@@ -73,14 +73,15 @@ func defaultLimits() limits {
 // Gate decides on every frame one kernel writes. A Gate serves one stream: Run may be
 // called once.
 type Gate struct {
-	cfg   Config
-	lim   limits
-	ids   *idSet
-	val   validator
-	heads headScanner
-	types map[string]string // interned request types, bounded by maxTypes
-	last  string            // the last event id handed out, reused to spare an allocation
-	ran   bool
+	cfg        Config
+	lim        limits
+	ids        *idSet
+	val        validator
+	heads      headScanner
+	types      map[string]string // interned request types, bounded by maxTypes
+	recent     [4]string         // event ids handed out lately, reused to spare allocations
+	nextRecent int
+	ran        bool
 }
 
 // maxTypes bounds the interned type names, so a kernel inventing types cannot grow it.

@@ -30,12 +30,17 @@ const (
 // (>= 0x80). A flag may be false only above the lowest true one, so the lowest set bit is
 // exact: the classic SWAR zero-byte test, borrows travel only upwards.
 func specialMask(x uint64) uint64 {
-	q := x ^ (lsb * '"')
-	s := x ^ (lsb * '\\')
-	return ((q-lsb)&^q | (s-lsb)&^s | (x - lsb*0x20) | x) & msb
+	return (x | runMask(x)) & msb
 }
 
-// plain reports the bytes that need no attention inside a JSON string body.
+// runMask is specialMask without the non-ASCII bytes: for text known to be valid UTF-8.
+func runMask(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	s := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (s-lsb)&^s | (x-lsb*0x20)&^x) & msb
+}
+
+// plain reports the ASCII bytes that need no attention inside a JSON string body.
 var plain = func() (t [256]bool) {
 	for c := 0x20; c < 0x80; c++ {
 		t[c] = c != '"' && c != '\\'
@@ -43,25 +48,91 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
-// nextSpecial returns the index of the first byte at or after i that is not plain string
-// body, or len(b).
-func nextSpecial(b []byte, i int) int {
-	for len(b)-i >= 16 {
-		x := binary.LittleEndian.Uint64(b[i:])
-		y := binary.LittleEndian.Uint64(b[i+8:])
-		mx, my := specialMask(x), specialMask(y)
-		if mx|my != 0 {
-			if mx != 0 {
-				return i + bits.TrailingZeros64(mx)>>3
+// strSkipGo is strSkip in Go, eight bytes a step.
+func strSkipGo(b []byte) (n int, esc, high bool) {
+	var acc uint64
+	i := 0
+	for {
+		for ; len(b)-i >= 8; i += 8 {
+			x := binary.LittleEndian.Uint64(b[i:])
+			acc |= x
+			if m := runMask(x); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
 			}
-			return i + 8 + bits.TrailingZeros64(my)>>3
 		}
-		i += 16
+		for ; i < len(b); i++ {
+			c := b[i]
+			if c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			acc |= uint64(c)
+		}
+		if i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]] {
+			esc = true
+			i += 2
+			continue
+		}
+		return i, esc, acc&msb != 0
 	}
-	for i < len(b) && plain[b[i]] {
-		i++
+}
+
+// simpleEscape marks the characters of a two-byte escape.
+var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
+
+// skip is skipString for the validator. It does not check UTF-8: it notes in v.high
+// whether the body holds a byte >= 0x80, and the validator checks the line's UTF-8 once
+// at the end if any string did. A body that ends within its first eight bytes (most keys
+// and short values) is found inline; the rest goes to strSkip, which also steps over
+// two-byte escapes, so only \u escapes come back here.
+func (v *validator) skip(b []byte, i int) (next int, esc bool, res int) {
+	if len(b)-i >= 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := runMask(x); m != 0 {
+			v.high = v.high || x&msb != 0 // conservative: bytes past the end too
+			i += bits.TrailingZeros64(m) >> 3
+			if b[i] == '"' {
+				return i + 1, false, strOK
+			}
+		}
 	}
-	return i
+	for {
+		n, e, high := strSkip(b[i:])
+		i += n
+		esc = esc || e
+		v.high = v.high || high
+		if i >= len(b) {
+			return i, esc, strIncomplete
+		}
+		switch b[i] {
+		case '"':
+			return i + 1, esc, strOK
+		case '\\':
+			esc = true
+			var ok bool
+			if i, ok = skipEscape(b, i); !ok {
+				return i, esc, strSyntax
+			}
+		default: // a control byte
+			return i, esc, strSyntax
+		}
+	}
+}
+
+// skipEscape checks the escape at b[i] == '\\' and returns the index after it.
+func skipEscape(b []byte, i int) (int, bool) {
+	if i+1 >= len(b) {
+		return i, false
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 2, true
+	case 'u':
+		if len(b)-i >= 6 && hex4(b[i+2:i+6]) >= 0 {
+			return i + 6, true
+		}
+	}
+	return i, false
 }
 
 // scan results shared by the string scanners.

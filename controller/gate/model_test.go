@@ -1,8 +1,8 @@
 package gate
 
 import (
-	"errors"
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"

@@ -8,12 +8,16 @@ import (
 	"io"
 )
 
-// Buffer sizes. The buffer starts at initialBuf, grows (doubling) to hold the longest
-// line within the limit, and shrinks back to retainBuf after a line longer than that.
+// Buffer sizes. The buffer starts at initialBuf, grows (at least doubling, and to twice
+// the pending line) to hold the longest line within the limit, and shrinks back to
+// retainBuf once lines longer than that have stopped coming.
 const (
 	initialBuf = 64 << 10
 	retainBuf  = 4 << 20
 	minRead    = 4 << 10
+	// shrinkAfter is how many reads in a row must find no long line pending before a
+	// buffer grown past retainBuf shrinks back.
+	shrinkAfter = 64
 )
 
 // ErrReused is returned by a second call of Run.
@@ -29,6 +33,7 @@ type splitter struct {
 	skipFrom         int64 // stream offset of that line
 	skipHead         []byte
 	maxBuf           int
+	calm             int // reads in a row with no long line pending
 }
 
 // Run reads r to its end and decides on every line, in order, through the Config's
@@ -72,11 +77,12 @@ func (g *Gate) Run(ctx context.Context, r io.Reader) error {
 		if err == nil {
 			continue
 		}
+		// The bytes that came with the error are decided on first.
+		if derr := g.decide(s); derr != nil {
+			return derr
+		}
 		if err != io.EOF {
 			return fmt.Errorf("gate read: %w", err)
-		}
-		if err := g.decide(s); err != nil {
-			return err
 		}
 		switch {
 		case s.skipping:
@@ -144,8 +150,14 @@ func (s *splitter) makeRoom() {
 		s.base += int64(s.end)
 		s.start, s.end, s.scan = 0, 0, 0
 	}
-	if len(s.buf) > retainBuf && s.end-s.start <= retainBuf/2 {
-		s.moveTo(make([]byte, retainBuf))
+	if len(s.buf) > retainBuf {
+		// Shrink once the long lines have been gone for a while, not between two of them.
+		if s.end-s.start > retainBuf/2 {
+			s.calm = 0
+		} else if s.calm++; s.calm >= shrinkAfter {
+			s.moveTo(make([]byte, retainBuf))
+			s.calm = 0
+		}
 	}
 	if len(s.buf)-s.end >= minRead {
 		return
@@ -154,7 +166,7 @@ func (s *splitter) makeRoom() {
 		s.moveTo(s.buf)
 	}
 	if len(s.buf)-s.end < minRead && len(s.buf) < s.maxBuf {
-		nb := make([]byte, min(max(2*len(s.buf), s.end+minRead), s.maxBuf))
+		nb := make([]byte, min(max(2*len(s.buf), 2*(s.end-s.start)+minRead), s.maxBuf))
 		s.moveTo(nb)
 	}
 }

@@ -1,5 +1,7 @@
 package gate
 
+import "unicode/utf8"
+
 // maxDepth is the deepest nesting the validator accepts, the same as encoding/json's: a
 // line the host's decoders cannot read is not let through.
 const maxDepth = 10000
@@ -29,7 +31,8 @@ type member struct {
 type validator struct {
 	obj     [maxDepth/64 + 1]uint64 // bit d: the container at depth d+1 is an object
 	members [3]member
-	n       int // members recorded
+	n       int  // members recorded
+	high    bool // a string holds a byte >= 0x80: check the line's UTF-8
 }
 
 // ws skips JSON whitespace; most tokens have none before them, so test once inline.
@@ -49,7 +52,7 @@ func (v *validator) object(b []byte) int {
 		c             byte
 		m             *member
 	)
-	v.n = 0
+	v.n, v.high = 0, false
 	i = ws(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return vNotObject
@@ -75,9 +78,8 @@ key: // at a key, whitespace skipped
 	}
 	{
 		ks := i + 1
-		i, esc, res = skipString(b, ks)
-		if res != strOK {
-			return strResult(res)
+		if i, esc, res = v.skip(b, ks); res != strOK {
+			return vNotObject
 		}
 		if depth == 1 {
 			if k := topKey(b[ks:i-1], esc); k != 0 {
@@ -105,9 +107,8 @@ value: // at a value, whitespace skipped
 	switch {
 	case c == '"':
 		vs := i + 1
-		i, esc, res = skipString(b, vs)
-		if res != strOK {
-			return strResult(res)
+		if i, esc, res = v.skip(b, vs); res != strOK {
+			return vNotObject
 		}
 		if m != nil {
 			m.vs, m.ve, m.vesc, m.str = vs, i-1, esc, true
@@ -164,6 +165,9 @@ after: // after a value
 		if i != len(b) {
 			return vNotObject
 		}
+		if v.high && !utf8.Valid(b) {
+			return vUTF8
+		}
 		return vOK
 	}
 	if i >= len(b) {
@@ -191,13 +195,6 @@ after: // after a value
 		i++
 		depth--
 		goto after
-	}
-	return vNotObject
-}
-
-func strResult(res int) int {
-	if res == strUTF8 {
-		return vUTF8
 	}
 	return vNotObject
 }

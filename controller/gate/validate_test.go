@@ -1,7 +1,9 @@
 package gate
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"testing"
 
@@ -97,16 +99,24 @@ func checkUnescape(t interface{ Fatalf(string, ...any) }, lit []byte) {
 	next, esc, res := skipString(lit, 1)
 	var want string
 	jsonErr := json.Unmarshal(lit, &want)
-	if res != strOK || next != len(lit) {
-		if jsonErr == nil && res != strUTF8 {
+	switch {
+	case res == strUTF8: // encoding/json does not check UTF-8; the gate does
+		return
+	case res != strOK:
+		if jsonErr == nil {
 			t.Fatalf("%q: skipString %d at %d, but encoding/json reads %q", lit, res, next, want)
+		}
+		return
+	case len(bytes.Trim(lit[next:], " \t\r\n")) != 0: // more after the string
+		if jsonErr == nil {
+			t.Fatalf("%q: encoding/json reads %q past the string's end at %d", lit, want, next)
 		}
 		return
 	}
 	if jsonErr != nil {
 		t.Fatalf("%q: skipString accepts, encoding/json: %v", lit, jsonErr)
 	}
-	body := lit[1 : len(lit)-1]
+	body := lit[1 : next-1]
 	got := string(body)
 	if esc {
 		got = string(unescape(nil, body))
@@ -116,16 +126,64 @@ func checkUnescape(t interface{ Fatalf(string, ...any) }, lit []byte) {
 	}
 }
 
-func TestSpecialMaskFindsTheFirstSpecialByte(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		b := rapid.SliceOfN(rapid.SampledFrom([]byte{'a', ' ', '~', 0x7f, '"', '\\', 0, 0x1f, 0x20, 0x21, 0x80, 0xff, 0xc3}), 0, 40).Draw(t, "b")
-		i := rapid.IntRange(0, len(b)).Draw(t, "i")
-		want := i
-		for want < len(b) && plain[b[want]] {
-			want++
+// TestStrSkipMatchesAByteLoop: the vector and the SWAR scanners agree with a byte loop
+// on every length and alignment, around every threshold byte and escape.
+func TestStrSkipMatchesAByteLoop(t *testing.T) {
+	naive := func(b []byte) (int, bool) {
+		esc := false
+		for i := 0; i < len(b); i++ {
+			c := b[i]
+			if c == '\\' && i+1 < len(b) && strings.IndexByte(`"\\/bfnrt`, b[i+1]) >= 0 {
+				esc = true
+				i++
+				continue
+			}
+			if c == '"' || c == '\\' || c < 0x20 {
+				return i, esc
+			}
 		}
-		if got := nextSpecial(b, i); got != want {
-			t.Fatalf("nextSpecial(%q, %d) = %d, want %d", b, i, got, want)
+		return len(b), esc
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		common := rapid.SampledFrom([]byte{'a', ' ', '~', 0x7f, 0x80, 0xff, 0xc3, 0x21, 0x23, 0x5b, 0x5d, 'n', 'u'})
+		rare := rapid.SampledFrom([]byte{'"', '\\', '\\', '\\', 0, 0x1f, 0x20, 0x0a})
+		n := rapid.IntRange(0, 300).Draw(t, "n")
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = common.Draw(t, "c")
+		}
+		for range rapid.IntRange(0, 12).Draw(t, "specials") {
+			if n > 0 {
+				b[rapid.IntRange(0, n-1).Draw(t, "at")] = rare.Draw(t, "s")
+			}
+		}
+		off := rapid.IntRange(0, min(n, 40)).Draw(t, "off")
+		want, wantEsc := naive(b[off:])
+		wantHigh := bytes.ContainsFunc(b[off:off+want], func(r rune) bool { return r >= 0x80 })
+		for name, skip := range map[string]func([]byte) (int, bool, bool){"strSkip": strSkip, "strSkipGo": strSkipGo} {
+			got, esc, high := skip(b[off:])
+			if got != want || esc != wantEsc || wantHigh && !high {
+				t.Fatalf("%s(%q) = %d, %v, %v; want %d, %v, %v", name, b[off:], got, esc, high, want, wantEsc, wantHigh)
+			}
+		}
+		// specialMask also stops at non-ASCII bytes; its lowest flag is exact.
+		for i := 0; i+8 <= len(b); i++ {
+			m := specialMask(uint64(b[i]) | uint64(b[i+1])<<8 | uint64(b[i+2])<<16 | uint64(b[i+3])<<24 |
+				uint64(b[i+4])<<32 | uint64(b[i+5])<<40 | uint64(b[i+6])<<48 | uint64(b[i+7])<<56)
+			first := 8
+			for k := 0; k < 8; k++ {
+				if c := b[i+k]; !plain[c] {
+					first = k
+					break
+				}
+			}
+			got := 8
+			if m != 0 {
+				got = bits.TrailingZeros64(m) >> 3
+			}
+			if got != first {
+				t.Fatalf("specialMask(%q) first %d, want %d", b[i:i+8], got, first)
+			}
 		}
 	})
 }

@@ -88,6 +88,29 @@ class Pipe:
         return bool(poller.poll(0))
 
 
+class Drainer:
+    """Drains the captured pipes at the end of a cell: one poll when they are empty.
+
+    Used by the main thread only.
+    """
+
+    def __init__(self, pipes):
+        self._pipes = {pipe._fd: pipe for pipe in pipes}
+        self._poller = select.poll()
+        for fd in self._pipes:
+            self._poller.register(fd, select.POLLIN)
+
+    def drain(self, owner):
+        ready = {fd for fd, _ in self._poller.poll(0)}
+        for fd, pipe in self._pipes.items():
+            if fd in ready:
+                pipe.drain(owner)
+            else:
+                # A reader thread may be forwarding what it read: wait until it is out.
+                with pipe._lock:
+                    pass
+
+
 class StreamWriter(io.TextIOBase):
     """sys.stdout or sys.stderr of a kernel: each write is one or more stream frames."""
 

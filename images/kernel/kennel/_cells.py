@@ -67,7 +67,12 @@ class Executor:
         filename = "<cell %s>" % (cell_id,)
         try:
             self._remember(filename, code)
-            value = eval(self._compile(code, filename), self.namespace)
+            body, tail = self._compile(code, filename)
+            if body is not None:
+                exec(body, self.namespace)
+            if tail is None:
+                return Outcome(OK)
+            value = eval(tail, self.namespace)
             if value is None:
                 return Outcome(OK)
             self.namespace["_"] = value
@@ -78,21 +83,21 @@ class Executor:
             return self.error(exc)
 
     def _compile(self, code, filename):
-        """Compile a cell to one code object whose value is that of its last expression
-        statement (None when it has none)."""
+        """Compile a cell to (statements, last expression): code objects to exec and to
+        eval, either of them None."""
         try:
             # Fast path: the whole cell is one expression.
-            return compile(code, filename, "eval", dont_inherit=True)
+            return None, compile(code, filename, "eval", dont_inherit=True)
         except SyntaxError:
             pass
         tree = ast.parse(code, filename, "exec")
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             # Run the statements before the last expression, then evaluate it.
             last = tree.body.pop()
-            body = compile(tree, filename, "exec", dont_inherit=True)
+            body = compile(tree, filename, "exec", dont_inherit=True) if tree.body else None
             tail = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
-            return _Chain(body, tail)
-        return _Chain(compile(tree, filename, "exec", dont_inherit=True), None)
+            return body, tail
+        return compile(tree, filename, "exec", dont_inherit=True), None
 
     def error(self, exc):
         """The error Outcome of exception ``exc``."""

@@ -15,13 +15,14 @@ from kennel import _frames
 
 
 class _Pending:
-    __slots__ = ("lock", "status", "frame")
+    __slots__ = ("lock", "status", "frame", "on_main")
 
-    def __init__(self):
+    def __init__(self, on_main):
         self.lock = threading.Lock()
         self.lock.acquire()
         self.status = None
         self.frame = None
+        self.on_main = on_main
 
     def settle(self, status, frame):
         self.status = status
@@ -68,7 +69,8 @@ class Requests:
         )
         if len(frame) > _frames.PAYLOAD_LIMIT:
             raise kennel.PayloadTooLarge(len(frame), _frames.PAYLOAD_LIMIT, "host_request " + kind)
-        pending = _Pending()
+        on_main = threading.get_ident() == kernel.main_ident
+        pending = _Pending(on_main)
         with self._lock:
             if self._closed:
                 raise kennel.HostError("closed", "the kernel is shutting down")
@@ -76,7 +78,14 @@ class Requests:
         try:
             if not kernel.writer.write(frame):
                 raise kennel.HostError("closed", "the host is gone")
-            pending.lock.acquire()  # a KeyboardInterrupt for the cell ends the wait
+            # A KeyboardInterrupt for the cell ends either wait.
+            if on_main:
+                # The main thread reads host frames itself until its reply is in (the
+                # reader thread may read it first: it then wakes the main thread).
+                while pending.status is None:
+                    kernel.pump_once()
+            else:
+                pending.lock.acquire()
             return pending.outcome()
         finally:
             self._pending.pop(request_id, None)
@@ -97,6 +106,8 @@ class Requests:
             )
             return
         pending.settle(status, frame)
+        if pending.on_main and threading.get_ident() != self._kernel.main_ident:
+            self._kernel.wake_main()
 
     def close(self):
         """Fail every pending request with code ``closed``; refuse new ones."""
@@ -106,6 +117,7 @@ class Requests:
             self._pending.clear()
         for _, waiter in pending:
             waiter.settle("closed", {"error": {"code": "closed", "message": "the kernel is shutting down"}})
+        self._kernel.wake_main()
 
     def waiting(self):
         """The number of requests waiting for a reply."""

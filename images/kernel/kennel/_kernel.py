@@ -1,25 +1,31 @@
 """The kernel proper: reads host frames, runs cells on the main thread, owns the state.
 
-Threads: the main thread runs cells one at a time from a queue, in arrival order; the
-reader thread reads host frames and dispatches them (execute to the queue, interrupt,
-host replies, jobs, shutdown); one thread per captured fd; one per job; the owner and
-signal watchers. Interrupts reach the main thread as a real SIGINT (pthread_kill), so a
-cell blocked in a system call (time.sleep, a lock) wakes too; the handler raises
-KeyboardInterrupt only in the cell the interrupt names, and holds it back while the main
-thread writes a frame.
+Threads: the main thread runs cells one at a time, in arrival order, and reads host
+frames itself while no cell runs; the reader thread reads them while a cell runs
+(see _reader). One thread per captured fd, one per job, the owner and signal watchers.
+Interrupts reach the main thread as a real SIGINT (pthread_kill), so a cell blocked in
+a system call (time.sleep, a lock) wakes too; the handler raises KeyboardInterrupt only
+in the cell the interrupt names, and holds it back while the main thread writes a frame.
 """
 
 import builtins
+import collections
 import json
 import os
-import queue
+import select
 import signal
 import sys
 import threading
 import types
 
 import kennel
-from kennel import _capture, _cells, _frames, _host, _jobs, _lifetime
+from kennel import _capture, _cells, _frames, _host, _jobs, _lifetime, _reader
+
+
+_decode = json.JSONDecoder().decode
+
+# How long a cell runs before the reader thread takes over reading host frames.
+_READER_TICK_MS = 20
 
 
 class Kernel:
@@ -36,7 +42,19 @@ class Kernel:
         self.pending_interrupt = False
         self.interrupt_target = None
         self.writer = _frames.Writer(boot.frames_out, self)
-        self.cells = queue.SimpleQueue()
+        # Cells to run, (id, code), in arrival order; None ends the main loop. Appended
+        # by whichever thread dispatches; popped by the main thread only.
+        self.cells = collections.deque()
+        self._main_wake_r, self._main_wake_w = _wake_pipe()
+        self._reader_wake_r, self._reader_wake_w = _wake_pipe()
+        # Whether the reader thread reads stdin now (see read_while_cells_run).
+        self.reader_engaged = False
+        self._ended_input = False
+        self._read_lock = threading.Lock()
+        self.source = _reader.Source(boot.frames_in, self.dispatch, self.writer.log)
+        self._main_poller = select.poll()
+        self._main_poller.register(self._main_wake_r, select.POLLIN)
+        self._main_poller.register(self.source.fd, select.POLLIN)
         self.host = _host.Requests(self)
         self.jobs = _jobs.Jobs(self)
         self.life = _lifetime.Lifetime(self, _lifetime.grace_from_env(os.environ, self.writer.log))
@@ -44,6 +62,7 @@ class Kernel:
             _capture.Pipe(self, boot.out_r, "stdout"),
             _capture.Pipe(self, boot.err_r, "stderr"),
         )
+        self._drainer = _capture.Drainer(self.pipes)
         main = types.ModuleType("__main__")
         main.__dict__["__builtins__"] = builtins
         main.__dict__["kennel"] = kennel
@@ -70,8 +89,7 @@ class Kernel:
 
     def drain_output(self, owner):
         """Forward what fds 1 and 2 hold now as output of cell ``owner``."""
-        for pipe in self.pipes:
-            pipe.drain(owner)
+        self._drainer.drain(owner)
 
     def display(self, data):
         if not isinstance(data, dict):
@@ -107,6 +125,8 @@ class Kernel:
         except KeyboardInterrupt:
             self.running = None
             outcome = _cells.interrupted()
+        if self.reader_engaged:
+            _poke(self._reader_wake_w)
         self.drain_output(cell_id)
         self.output_owner = None
         self._done(cell_id, outcome)
@@ -129,49 +149,106 @@ class Kernel:
             )
         self.writer.write(frame)
 
+    def post(self, item):
+        """Queue a cell (or None, the end) for the main thread and wake it."""
+        self.cells.append(item)
+        if threading.get_ident() != self.main_ident:
+            _poke(self._main_wake_w)
+
     def serve_cells(self):
+        """The main loop: run queued cells; while there are none, read host frames."""
+        cells = self.cells
         while True:
-            item = self.cells.get()
-            if item is None:
-                break
-            cell_id, code = item
-            if self.life.closing:
-                self._done(cell_id, _cells.failure("KernelShutdown", "the kernel is shutting down"))
+            if cells:
+                item = cells.popleft()
+                if item is None:
+                    break
+                if self.life.closing:
+                    self._done(item[0], _cells.failure("KernelShutdown", "the kernel is shutting down"))
+                    continue
+                self.run_cell(*item)
                 continue
-            self.run_cell(cell_id, code)
+            self.pump_once()
         # Cells queued behind the end are answered, not run.
-        while True:
-            try:
-                item = self.cells.get_nowait()
-            except queue.Empty:
-                break
+        while cells:
+            item = cells.popleft()
             if item is not None:
                 self._done(item[0], _cells.failure("KernelShutdown", "the kernel is shutting down"))
         self.life.main_free()
 
-    # Host frames (reader thread).
-
-    def read_frames(self):
-        stream = os.fdopen(self.boot.frames_in, "rb", buffering=1 << 16)
-        limit = _frames.LINE_LIMIT
-        while True:
-            line = stream.readline(limit + 1)
-            if not line:
-                break
-            if len(line) > limit:
-                while line and not line.endswith(b"\n"):
-                    line = stream.readline(limit)
-                self.writer.log("error", "a host frame over %d bytes was dropped" % limit)
+    def pump_once(self):
+        """Main thread: wait for host frames or a wake, and dispatch what came. A
+        KeyboardInterrupt for the running cell may end the wait, never a read."""
+        for fd, _ in self._main_poller.poll():
+            if fd == self._main_wake_r:
+                _drain(fd)
                 continue
+            self.critical += 1
             try:
-                self.dispatch(line)
-            except Exception as exc:  # the reader must outlive any frame
-                self.writer.log("error", "frame dropped: %s: %s" % (type(exc).__name__, exc))
-        self.life.begin("stdin closed")
+                with self._read_lock:
+                    alive = self.source.pump()
+            finally:
+                self.critical -= 1
+            if not alive:
+                self._input_ended()
+        if not self.critical and self.pending_interrupt:
+            self.pending_interrupt = False
+            if self.running is not None:
+                raise KeyboardInterrupt
+
+    def wake_main(self):
+        """Wake the main thread from pump_once (from any thread)."""
+        _poke(self._main_wake_w)
+
+    def _input_ended(self):
+        if self._ended_input:
+            return
+        self._ended_input = True
+        try:
+            self._main_poller.unregister(self.source.fd)
+        except (KeyError, ValueError):
+            pass
+        threading.Thread(
+            target=self.life.begin, args=("stdin closed",), name="kennel-end", daemon=True
+        ).start()
+
+    def read_while_cells_run(self):
+        """The reader thread: reads host frames while a cell holds the main thread.
+
+        It engages only once a cell has run for a tick (a short cell costs no thread
+        switch); until then frames wait in the pipe, and a cell's own host requests
+        read them from the main thread (Requests.call).
+        """
+        idle = select.poll()
+        idle.register(self._reader_wake_r, select.POLLIN)
+        busy = select.poll()
+        busy.register(self._reader_wake_r, select.POLLIN)
+        busy.register(self.source.fd, select.POLLIN)
+        while True:
+            if self.running is None:
+                self.reader_engaged = False
+                if idle.poll(_READER_TICK_MS):
+                    _drain(self._reader_wake_r)
+                continue
+            self.reader_engaged = True
+            events = busy.poll()
+            for fd, _ in events:
+                if fd == self._reader_wake_r:
+                    _drain(fd)
+            if self.running is None:
+                continue
+            if any(fd == self.source.fd for fd, _ in events):
+                with self._read_lock:
+                    if self.source.eof:
+                        return
+                    alive = self.source.pump()
+                if not alive:
+                    self.life.begin("stdin closed")
+                    return
 
     def dispatch(self, line):
         try:
-            frame = json.loads(line)
+            frame = _decode(line.decode("utf-8"))
         except ValueError as exc:
             self.writer.log("warning", "unreadable host frame dropped: %s" % (exc,))
             return
@@ -192,7 +269,7 @@ class Kernel:
     def _on_execute(self, frame_id, frame):
         if self.life.closing:
             return
-        self.cells.put((frame_id, frame.get("code")))
+        self.post((frame_id, frame.get("code")))
 
     def _on_interrupt(self, frame_id, frame):
         if self.running is None or self.running != frame_id:
@@ -239,7 +316,7 @@ class Kernel:
         if pid is not None:
             _lifetime.OwnerWatch(pid, self._on_owner_death).start()
         kennel._rt = self
-        threading.Thread(target=self.read_frames, name="kennel-reader", daemon=True).start()
+        threading.Thread(target=self.read_while_cells_run, name="kennel-reader", daemon=True).start()
 
     def _on_owner_death(self, reason):
         self.life.begin(reason)
@@ -267,3 +344,25 @@ def serve(boot):
     except Exception as exc:
         kernel.writer.log("warning", "site-packages not loaded: %s: %s" % (type(exc).__name__, exc))
     kernel.serve_cells()
+
+
+def _wake_pipe():
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    return r, w
+
+
+def _poke(fd):
+    try:
+        os.write(fd, b"x")
+    except OSError:
+        pass  # full: a wake is pending anyway
+
+
+def _drain(fd):
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:
+        pass

@@ -56,7 +56,7 @@ class Lifetime:
         kernel = self._kernel
         deadline = time.monotonic() + grace
         kernel.host.close()
-        kernel.cells.put(None)
+        kernel.post(None)
         kernel.jobs.stop_all()
         self._jobs_stopped.set()
         if exit_code == 0:

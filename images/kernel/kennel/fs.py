@@ -34,7 +34,7 @@ def _pairs(name, items, first, second):
         if not isinstance(a, str) or not isinstance(b, str):
             raise TypeError("fs.edit: each of %s must be a pair of strings" % (name,))
         out.append({first: a, second: b})
-    return out
+    return out or None
 
 
 def read(path, offset=0, limit=None):
@@ -47,13 +47,15 @@ def write(path, content):
     return _request("fs.write", path=path, content=content)
 
 
-def edit(path, edits=(), moves=()):
-    """Apply ``edits`` ((old, new) pairs) to ``path``, and ``moves`` ((src, dst) pairs)."""
+def edit(path=None, edits=(), moves=()):
+    """Apply ``edits`` ((old, new) pairs, in order) to ``path``, then ``moves``
+    ((src, dst) pairs: renames, in order). ``path`` may be None when there are no edits.
+    Nothing changes unless every edit and move can be done."""
     return _request(
         "fs.edit",
         path=path,
         edits=_pairs("edits", edits, "old", "new"),
-        moves=_pairs("moves", moves, "src", "dst"),
+        moves=_pairs("moves", moves, "from", "to"),
     )
 
 

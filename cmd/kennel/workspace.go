@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/kennel-dev/kennel/workspaces"
+)
+
+// newWorkspaceCmd returns the `kennel workspace` command: isolated child workspaces
+// without a daemon (for CI): `create DIR` copies DIR and prints the child's path,
+// `handback CHILD` brings the child's changes back and prints the outcome.
+func newWorkspaceCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workspace",
+		Short: "Make isolated copies of a directory for children and hand their changes back",
+	}
+	cmd.AddCommand(newWorkspaceCreateCmd(), newWorkspaceHandbackCmd())
+	return cmd
+}
+
+// defaultStateDir is $XDG_STATE_HOME/kennel, else ~/.local/state/kennel, else "".
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "kennel")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "kennel")
+	}
+	return ""
+}
+
+func newWorkspaceCreateCmd() *cobra.Command {
+	var state, id string
+	cmd := &cobra.Command{
+		Use:   "create DIR",
+		Short: "Copy DIR's tracked and not-ignored files for a child; print the child's path",
+		Long: `Copy DIR's tracked and untracked-not-ignored files (git ls-files in a git work tree,
+else the files DIR's .gitignore files do not ignore) twice under
+<state>/workspaces/<parent>/<id>/: the base and the child's working copy. Files are
+cloned where the file system can (XFS, btrfs), else copied, with one warning. A
+directory of more than 100,000 files is refused: share it instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if state == "" {
+				return fmt.Errorf("workspace create: no state directory: set --state, XDG_STATE_HOME or HOME")
+			}
+			bar := newProgressBar(cmd.ErrOrStderr())
+			defer bar.done()
+			res, err := workspaces.Create(cmd.Context(), args[0], workspaces.CreateOptions{
+				State:    state,
+				ID:       id,
+				Logger:   slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				Progress: bar.update,
+			})
+			if err != nil {
+				return err
+			}
+			bar.done()
+			fmt.Fprintln(cmd.OutOrStdout(), res.Path())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", defaultStateDir(), "kennel's state directory")
+	cmd.Flags().StringVar(&id, "id", "", "the workspace's id ([A-Za-z0-9._-], up to 64); default: random")
+	return cmd
+}
+
+func newWorkspaceHandbackCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "handback CHILD",
+		Short: "Bring a child's changes back into its parent directory; print the outcome",
+		Long: `Bring the changes in CHILD (the path create printed, or its workspace directory)
+back into the parent, path by path: a path only the child changed is taken, one both
+changed differently is a conflict (the parent's content stays, the child's is saved
+under the workspace's conflicts/). Stop whatever runs in CHILD first: without a daemon
+nothing stops it for you. A second handback prints the recorded outcome.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bar := newProgressBar(cmd.ErrOrStderr())
+			defer bar.done()
+			out, err := workspaces.HandBack(cmd.Context(), args[0], workspaces.HandBackOptions{Progress: bar.update})
+			if err != nil {
+				return err
+			}
+			bar.done()
+			return printOutcome(cmd.OutOrStdout(), out, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	return cmd
+}
+
+// outcomeJSON is the --json form of an outcome.
+type outcomeJSON struct {
+	*workspaces.Outcome
+	Repeat bool `json:"repeat"`
+}
+
+// printOutcome writes the outcome as text (a summary line, then one line a path) or JSON.
+func printOutcome(w io.Writer, out *workspaces.Outcome, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(outcomeJSON{Outcome: out, Repeat: out.Repeat})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "handed back to %s: %d taken, %d removed, %d conflicts, %d unchanged", out.Parent,
+		len(out.Taken), len(out.Removed), len(out.Conflicts), out.Unchanged)
+	if out.Repeat {
+		b.WriteString(" (recorded earlier)")
+	}
+	b.WriteString("\n")
+	for _, p := range out.Taken {
+		fmt.Fprintf(&b, "taken    %s\n", p)
+	}
+	for _, p := range out.Removed {
+		fmt.Fprintf(&b, "removed  %s\n", p)
+	}
+	for _, c := range out.Conflicts {
+		fmt.Fprintf(&b, "conflict %s (%s)", c.Path, c.Reason)
+		if c.Saved != "" {
+			fmt.Fprintf(&b, ": the child's version is at %s", c.Saved)
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// progressBar draws a one-line bar on a terminal once an operation has run for a second.
+// On anything that is not a terminal it draws nothing.
+type progressBar struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+	mu    sync.Mutex
+	drawn bool
+	ended bool
+}
+
+// barDelay is how long an operation runs before its bar shows.
+const barDelay = time.Second
+
+func newProgressBar(w io.Writer) *progressBar {
+	f, ok := w.(*os.File)
+	return &progressBar{w: w, tty: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
+}
+
+// update draws p; it is called from another goroutine.
+func (b *progressBar) update(p workspaces.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.tty || b.ended || time.Since(b.start) < barDelay {
+		return
+	}
+	const width = 30
+	line := fmt.Sprintf("%-6s %d", p.Phase, p.Done)
+	if p.Total > 0 {
+		filled := min(width, width*p.Done/p.Total)
+		line = fmt.Sprintf("%-6s [%s%s] %d/%d", p.Phase, strings.Repeat("#", filled), strings.Repeat(".", width-filled), p.Done, p.Total)
+	}
+	fmt.Fprintf(b.w, "\r\x1b[K%s", line)
+	b.drawn = true
+}
+
+// done clears the bar's line; later updates draw nothing.
+func (b *progressBar) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.drawn && !b.ended {
+		fmt.Fprint(b.w, "\r\x1b[K")
+	}
+	b.ended = true
+}

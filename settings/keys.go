@@ -1,0 +1,352 @@
+package settings
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kennel-dev/kennel/pathmap"
+)
+
+// Scope says which settings files may set a key.
+type Scope uint8
+
+const (
+	// ProjectAllowed keys can be set globally and by a project (a trusted one, when the
+	// key runs code or is a limit).
+	ProjectAllowed Scope = iota
+	// GlobalOnly keys are set by the global file alone; a project's entry is withheld.
+	GlobalOnly
+)
+
+// String returns "project-allowed" or "global-only".
+func (s Scope) String() string {
+	if s == GlobalOnly {
+		return "global-only"
+	}
+	return "project-allowed"
+}
+
+// Key declares one top-level key of settings.json: the one place that says what it
+// holds and who may set it.
+type Key struct {
+	// ID is the key's name in settings.json.
+	ID string
+	// Type describes the value it holds, for people.
+	Type string
+	// Scope says which files may set it.
+	Scope Scope
+	// RunsCode marks a key whose value makes the host run a command or trust code; an
+	// untrusted project cannot set it.
+	RunsCode bool
+	// Limit marks a key that bounds a resource or an output; an untrusted project cannot
+	// set it.
+	Limit bool
+	// Default is the value when no file sets it, as JSON ("null": none).
+	Default json.RawMessage
+	// Doc says what it does.
+	Doc string
+
+	decode func(n *node, ptr string, s *Settings, bad badFunc)
+	copyTo func(dst, src *Settings) // dst takes src's value of the key, whole
+	isSet  func(s *Settings) bool
+	value  func(s *Settings) any
+}
+
+// guarded reports whether an untrusted project's entry of k is withheld.
+func (k *Key) guarded() bool { return k.RunsCode || k.Limit || k.Scope == GlobalOnly }
+
+// badFunc records a bad leaf at ptr.
+type badFunc func(ptr string, err error)
+
+// versionKey is the document's format version: absent or 1.
+const versionKey = "version"
+
+// keys is the table of declared keys, in the order they are documented.
+var keys = []*Key{
+	{
+		ID: "kernelTransport", Type: "object {argvPrefix, python, pathMap, env, docker, ssh}",
+		Scope: ProjectAllowed, RunsCode: true, Default: json.RawMessage("null"),
+		Doc:    "where kernels run: unset runs them locally; argvPrefix wraps the kernel command (one unit: a project entry replaces the global one whole)",
+		decode: decodeKernelTransport,
+		copyTo: func(d, s *Settings) { d.KernelTransport = s.KernelTransport },
+		isSet:  func(s *Settings) bool { return s.KernelTransport != nil },
+		value:  func(s *Settings) any { return s.KernelTransport },
+	},
+	{
+		ID: "trustedProjects", Type: "array of absolute paths",
+		Scope: GlobalOnly, RunsCode: true, Default: json.RawMessage("[]"),
+		Doc:    "projects whose settings may run code and change limits",
+		decode: decodeTrustedProjects,
+		copyTo: func(d, s *Settings) { d.TrustedProjects = s.TrustedProjects },
+		isSet:  func(s *Settings) bool { return s.TrustedProjects != nil },
+		value:  func(s *Settings) any { return s.TrustedProjects },
+	},
+	{
+		ID: "truncation", Type: `"off" or object {bytes, lines, keep}`,
+		Scope: ProjectAllowed, Limit: true, Default: json.RawMessage(`{"bytes":51200,"lines":2000,"keep":"head"}`),
+		Doc:    "bounds every output a call, cell or job reports",
+		decode: decodeTruncation,
+		copyTo: func(d, s *Settings) { d.Truncation = s.Truncation },
+		isSet:  func(s *Settings) bool { return s.Truncation != nil },
+		value:  func(s *Settings) any { return s.Truncation },
+	},
+	{
+		ID: "logLevel", Type: `"debug", "info", "warn" or "error"`,
+		Scope: ProjectAllowed, Default: json.RawMessage(`"warn"`),
+		Doc:    "the controller's diagnostics level",
+		decode: decodeLogLevel,
+		copyTo: func(d, s *Settings) { d.LogLevel = s.LogLevel },
+		isSet:  func(s *Settings) bool { return s.LogLevel != "" },
+		value:  func(s *Settings) any { return s.LogLevel },
+	},
+}
+
+// Keys returns the declared keys, in table order. The values are copies.
+func Keys() []Key {
+	out := make([]Key, len(keys))
+	for i, k := range keys {
+		out[i] = *k
+	}
+	return out
+}
+
+// LookupKey returns the declared key id, or false.
+func LookupKey(id string) (Key, bool) {
+	if k := lookup(id); k != nil {
+		return *k, true
+	}
+	return Key{}, false
+}
+
+func lookup(id string) *Key {
+	for _, k := range keys {
+		if k.ID == id {
+			return k
+		}
+	}
+	return nil
+}
+
+func typeErr(want string, n *node) error {
+	return fmt.Errorf("%w: want %s, got %s", ErrBadValue, want, n.kind)
+}
+
+// envName is a variable name a kernel may be given.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// absPath checks a string leaf that must be a clean absolute path.
+func absPath(n *node) (string, error) {
+	if n.kind != kString {
+		return "", typeErr("an absolute path", n)
+	}
+	if !path.IsAbs(n.str) || strings.IndexByte(n.str, 0) >= 0 {
+		return "", fmt.Errorf("%w: %q is not an absolute path", ErrBadValue, n.str)
+	}
+	return path.Clean(n.str), nil
+}
+
+func decodeKernelTransport(n *node, ptr string, s *Settings, bad badFunc) {
+	if n.kind != kObject {
+		bad(ptr, typeErr("an object", n))
+		// Present but unusable: an empty unit that fails Validate, so no kernel starts
+		// (a lower layer's transport, or a local kernel, is not what was written).
+		s.KernelTransport = &KernelTransport{}
+		return
+	}
+	kt := &KernelTransport{}
+	for i, key := range n.keys {
+		v, p := n.elems[i], child(ptr, key)
+		switch key {
+		case "argvPrefix":
+			// One leaf: an argv with an element dropped is another command.
+			if v.kind != kArray || len(v.elems) == 0 {
+				bad(p, typeErr("a non-empty array of strings", v))
+				continue
+			}
+			argv, ok := make([]string, 0, len(v.elems)), true
+			for j, e := range v.elems {
+				if e.kind != kString || strings.IndexByte(e.str, 0) >= 0 {
+					bad(index(p, j), fmt.Errorf("%w (argvPrefix dropped whole)", typeErr("a string without NUL", e)))
+					ok = false
+					break
+				}
+				argv = append(argv, e.str)
+			}
+			if ok {
+				kt.ArgvPrefix = argv
+			}
+		case "python":
+			if v.kind != kString || v.str == "" || strings.IndexByte(v.str, 0) >= 0 || strings.HasPrefix(v.str, "-") || strings.Contains(v.str, "=") {
+				bad(p, fmt.Errorf("%w: want an interpreter name or path", ErrBadValue))
+				continue
+			}
+			kt.Python = v.str
+		case "pathMap":
+			if v.kind != kArray {
+				bad(p, typeErr("an array of mounts", v))
+				continue
+			}
+			kt.PathMap = []pathmap.Mount{}
+			for j, e := range v.elems {
+				if m, ok := decodeMount(e, index(p, j), bad); ok {
+					kt.PathMap = append(kt.PathMap, m)
+				}
+			}
+		case "env":
+			if v.kind != kArray {
+				bad(p, typeErr("an array of variable names", v))
+				continue
+			}
+			kt.Env = []string{}
+			for j, e := range v.elems {
+				if e.kind != kString || !envName.MatchString(e.str) {
+					bad(index(p, j), fmt.Errorf("%w: want a variable name", ErrBadValue))
+					continue
+				}
+				kt.Env = append(kt.Env, e.str)
+			}
+		case "docker", "ssh":
+			if v.kind != kObject {
+				bad(p, typeErr("an object", v))
+				continue
+			}
+			raw, _ := v.MarshalJSON()
+			if key == "docker" {
+				kt.Docker = raw
+			} else {
+				kt.SSH = raw
+			}
+		default:
+			bad(p, ErrUndeclared)
+		}
+	}
+	s.KernelTransport = kt
+}
+
+// decodeMount reads one pathMap entry. A mount with any bad or unknown field is dropped
+// whole: without its readOnly, say, it would share more than was written.
+func decodeMount(n *node, ptr string, bad badFunc) (pathmap.Mount, bool) {
+	if n.kind != kObject {
+		bad(ptr, typeErr("a mount object {sandbox, host, readOnly}", n))
+		return pathmap.Mount{}, false
+	}
+	var m pathmap.Mount
+	ok := true
+	drop := func(p string, err error) {
+		bad(p, fmt.Errorf("%w (mount dropped)", err))
+		ok = false
+	}
+	for i, key := range n.keys {
+		v, p := n.elems[i], child(ptr, key)
+		switch key {
+		case "sandbox", "host":
+			s, err := absPath(v)
+			if err != nil {
+				drop(p, err)
+				continue
+			}
+			if key == "sandbox" {
+				m.Sandbox = s
+			} else {
+				m.Host = s
+			}
+		case "readOnly":
+			if v.kind != kBool {
+				drop(p, typeErr("a boolean", v))
+				continue
+			}
+			m.ReadOnly = v.b
+		default:
+			drop(p, ErrUndeclared)
+		}
+	}
+	if ok && (m.Sandbox == "" || m.Host == "") {
+		drop(ptr, fmt.Errorf("%w: a mount needs sandbox and host", ErrBadValue))
+	}
+	return m, ok
+}
+
+func decodeTrustedProjects(n *node, ptr string, s *Settings, bad badFunc) {
+	if n.kind != kArray {
+		bad(ptr, typeErr("an array of absolute paths", n))
+		return
+	}
+	out := []string{}
+	for i, e := range n.elems {
+		p, err := absPath(e)
+		if err != nil {
+			bad(index(ptr, i), err)
+			continue
+		}
+		out = append(out, p)
+	}
+	s.TrustedProjects = out
+}
+
+func decodeTruncation(n *node, ptr string, s *Settings, bad badFunc) {
+	switch n.kind {
+	case kString:
+		if n.str != "off" {
+			bad(ptr, fmt.Errorf(`%w: want "off" or an object`, ErrBadValue))
+			return
+		}
+		s.Truncation = &Truncation{Off: true}
+	case kObject:
+		t := &Truncation{}
+		for i, key := range n.keys {
+			v, p := n.elems[i], child(ptr, key)
+			switch key {
+			case "bytes", "lines":
+				// A malformed limit is dropped: the default limit applies, never none.
+				x, err := wholeNumber(v)
+				if err != nil {
+					bad(p, err)
+					continue
+				}
+				if key == "bytes" {
+					t.Bytes = x
+				} else {
+					t.Lines = x
+				}
+			case "keep":
+				if v.kind != kString || (v.str != "head" && v.str != "tail") {
+					bad(p, fmt.Errorf(`%w: want "head" or "tail"`, ErrBadValue))
+					continue
+				}
+				t.Keep = v.str
+			default:
+				bad(p, ErrUndeclared)
+			}
+		}
+		s.Truncation = t
+	default:
+		bad(ptr, typeErr(`"off" or an object`, n))
+	}
+}
+
+// wholeNumber reads a positive whole number (as an integer literal).
+func wholeNumber(n *node) (int64, error) {
+	if n.kind != kNumber {
+		return 0, typeErr("a whole number", n)
+	}
+	x, err := strconv.ParseInt(n.num.String(), 10, 64)
+	if err != nil || x <= 0 {
+		return 0, fmt.Errorf("%w: %s is not a positive whole number", ErrBadValue, n.num)
+	}
+	return x, nil
+}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+func decodeLogLevel(n *node, ptr string, s *Settings, bad badFunc) {
+	if n.kind != kString || !slices.Contains(logLevels, n.str) {
+		bad(ptr, fmt.Errorf(`%w: want one of %q`, ErrBadValue, logLevels))
+		return
+	}
+	s.LogLevel = n.str
+}

@@ -1,0 +1,59 @@
+// Package wrapped runs kernels under a wrapper command an operator already trusts: the
+// "wrapped" transport. The same stub runs in a container (`docker exec -i box`,
+// `podman exec -i box`), a namespace sandbox (`bwrap ...`), or on another machine
+// (`ssh -T host`): the kernel command is appended to the wrapper's argv prefix, and the
+// wrapper carries the kernel's stdin and stdout, so frames and their limits do not
+// change.
+//
+//	t := wrapped.New(wrapped.Options{
+//		ArgvPrefix: []string{"docker", "exec", "-i", "box"},
+//		Python:     "python3", // inside the sandbox, by name: never resolved on the host
+//	})
+//	k, err := t.Start(ctx, transports.Spec{
+//		SessionID: "s1",
+//		Dir:       "/work",                 // a sandbox path (pathmap.Map.Dir)
+//		Env:       []string{"LANG=C.UTF-8"}, // already mapped (pathmap.Map.MapEnv)
+//	})
+//	if err != nil { ... }
+//	defer k.Kill(context.WithoutCancel(ctx))
+//	// k.Stdout() carries frames, the first being the hello; k.Stdin() takes frames.
+//
+// # Getting the stub into the sandbox
+//
+// Nothing is installed in the sandbox. The interpreter runs a small -c program (the
+// prelude, then images' bootstrap) that reads, from stdin and before the first frame,
+// the start block and then the stub bundle as a zip, checked against the bundle hash
+// that is in its argv; it imports the stub from memory. Options.StubDir names a stub
+// already unpacked in the image instead; then no bundle is sent.
+//
+// # Environment
+//
+// A wrapped kernel's environment is not the host's. It holds exactly: PATH (DefaultPath
+// unless Spec.Env sets one), the stub's entries (images.KernelEnv), KENNEL_KERNEL_EOF_GRACE
+// when Options.EOFGrace is set, the entries of Spec.Env (the caller's: the kernel's own
+// entries and the host variables the setting names, already mapped through the path map),
+// and KENNEL_KERNEL_OWNER=stdin. Values travel in the start block over stdin, never in
+// argv (ps shows argv to everyone on the machine that runs the wrapper): the kernel
+// command is `env -i PATH=... <stub entries> python ...`, so the interpreter starts with
+// an empty environment but for those fixed, non-secret entries, and the prelude then
+// replaces os.environ with the block's entries and changes to Spec.Dir. The wrapper
+// process itself keeps the host's environment (docker and ssh need it).
+//
+// # Lifetime
+//
+// A wrapped kernel watches its stdin alone (KENNEL_KERNEL_OWNER=stdin): it leads its own
+// process group and at stdin EOF ends its jobs' process groups and exits (a cell that
+// holds it exits it after the EOF grace). Kill closes the kernel's stdin, waits
+// StdinGrace, then signals the wrapper's process group with SIGTERM, waits TermGrace,
+// and SIGKILLs it; the wrapper ends, so the stub sees its stdin close if it had not yet.
+// The wrapper's exit is the only confirmation.
+//
+// The controller cannot reap what runs in the sandbox: its pids are not the host's
+// (Info.HostPIDs is false; Info.PID is 0 and Info.ID is the wrapper's host pid). For a
+// local kernel the controller's reaper ends every process a kernel left; for a wrapped
+// kernel it relies on the stub's own shutdown at stdin EOF, which ends the jobs the stub
+// started (job_run), and on the sandbox: a wrapper with its own pid namespace (bwrap
+// --unshare-pid, a container) ends every process in it when the kernel ends, while a
+// plain process wrapper (setsid) leaves a process a cell started by itself and detached
+// from the kernel (subprocess.Popen with start_new_session, a double fork) running.
+package wrapped

@@ -1,0 +1,299 @@
+package wrapped
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Name is the wrapped transport's name, as in Info.Transport.
+const Name = "wrapped"
+
+// ErrInvalidSpec reports a Spec or Options the transport refuses before starting anything.
+var ErrInvalidSpec = errors.New("invalid kernel spec")
+
+// Options configures a Transport. The zero value of every field but ArgvPrefix is
+// documented and usable.
+type Options struct {
+	// ArgvPrefix is the wrapper command: the kernel command is appended to it and the
+	// whole runs on the host, e.g. ["docker", "exec", "-i", "box"], ["ssh", "-T", "host"],
+	// ["bwrap", "--ro-bind", "/", "/", ..., "--"], ["setsid", "-w", "sh", "-c",
+	// `exec "$@"`, "--"]. Its first element is looked up on the host's PATH. The wrapper
+	// must carry its stdin and stdout through to the command unchanged. Empty runs the
+	// command as a plain host child (still with only the kernel's environment).
+	ArgvPrefix []string
+
+	// Python is the interpreter inside the sandbox when Spec.Python is empty: a name
+	// looked up on the sandbox's PATH (DefaultPath) or a sandbox path. It is never
+	// resolved on the host. Empty means "python3".
+	Python string
+
+	// StubDir, when set, is a sandbox path where the stub is already unpacked (as
+	// images.Bundle.Unpack lays it out, e.g. baked into the image): the kernel imports it
+	// from there and no bundle is sent. Empty sends the embedded bundle over stdin before
+	// the first frame, checked against its hash (images.Bundle.BootstrapArgv).
+	StubDir string
+
+	// StubHash is the bundle hash the stub at StubDir reports in its hello. Empty leaves
+	// the hello's bundle empty. Unused without StubDir (the bootstrap reports the
+	// embedded bundle's hash).
+	StubHash string
+
+	// InheritWrapperEnv runs the interpreter directly after the prefix instead of under
+	// `env -i`, for a sandbox that has no env command. The interpreter then starts with
+	// whatever environment the wrapper gives it (the host's, for a plain process wrapper):
+	// the prelude still replaces os.environ whole, so cells and their children see only
+	// the kernel's entries, but the interpreter's own /proc/self/environ keeps the
+	// wrapper's. Leave it false unless the wrapper already clears the environment.
+	InheritWrapperEnv bool
+
+	// EOFGrace is how long a cell holding the kernel may run after its stdin closed
+	// before the stub exits anyway (KENNEL_KERNEL_EOF_GRACE). Zero leaves the stub's
+	// default (30 s).
+	EOFGrace time.Duration
+
+	// StdinGrace is how long Kill waits for the wrapper to exit after closing the
+	// kernel's stdin. Zero means transports.Grace; negative means no wait.
+	StdinGrace time.Duration
+	// TermGrace is how long Kill waits after SIGTERM to the wrapper's process group
+	// before SIGKILL. Zero means transports.Grace; negative means no wait.
+	TermGrace time.Duration
+	// DrainGrace is how long the kernel's stdout and stderr may go on after the wrapper
+	// has exited (something in the sandbox still holding them) before they are ended for
+	// the reader. Zero means transports.Grace; negative means no wait.
+	DrainGrace time.Duration
+}
+
+// Transport starts kernels under a wrapper command. It is safe for concurrent use.
+type Transport struct {
+	opts   Options
+	bundle func() (bundleCache, error)
+}
+
+// bundleCache is the embedded stub and what is sent for it, made once per Transport.
+type bundleCache struct {
+	bundle  *images.Bundle
+	payload []byte // BootstrapPayload
+}
+
+// New returns a wrapped Transport. It starts nothing until Start.
+func New(opts Options) *Transport {
+	opts.ArgvPrefix = append([]string(nil), opts.ArgvPrefix...)
+	return &Transport{opts: opts, bundle: sync.OnceValues(loadBundle)}
+}
+
+func loadBundle() (bundleCache, error) {
+	b, err := images.Stub()
+	if err != nil {
+		return bundleCache{}, err
+	}
+	p, err := b.BootstrapPayload()
+	if err != nil {
+		return bundleCache{}, err
+	}
+	return bundleCache{bundle: b, payload: p}, nil
+}
+
+// Name returns "wrapped".
+func (t *Transport) Name() string { return Name }
+
+// Capabilities reports none: a wrapped kernel has its own environment, its own pids
+// and its own view of the file system (the caller maps paths).
+func (t *Transport) Capabilities() transports.Capabilities {
+	return transports.Capabilities{}
+}
+
+func grace(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return transports.Grace
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// Start launches the wrapper with the kernel command after its prefix and returns once
+// the wrapper process runs; the hello is the first frame on Stdout. ctx bounds only the
+// start.
+//
+// The kernel command is `env -i PATH=DefaultPath <stub entries> PYTHON -I -S -c PROGRAM
+// ARG`: the interpreter is found by name inside the sandbox, starts with an empty
+// environment but for those entries (no values of Spec.Env ever appear in an argv, which
+// ps shows to every user of the machine that runs it), and PROGRAM first reads the start
+// block from stdin: Spec.Dir and the kernel's whole environment. The kernel's environment
+// is PATH=DefaultPath, the stub's entries (images.KernelEnv), KENNEL_KERNEL_EOF_GRACE when
+// EOFGrace is set, then Spec.Env (a later entry wins), then KENNEL_KERNEL_OWNER=stdin.
+// Unless StubDir is set, the bundle follows the block on stdin (images.Bundle.
+// BootstrapPayload), then the frames.
+//
+// The wrapper itself runs with the host's environment (docker and ssh need it), in its
+// own process group, in the controller's working directory.
+//
+// Spec.Dir must be an absolute sandbox path; it is not checked on the host. A wrapper
+// not found on the host is refused with transports.ErrUnavailable; a Spec refused before
+// anything started matches ErrInvalidSpec. A missing interpreter or directory in the
+// sandbox is found only by the kernel: it exits (status 127 from env, 2 from the prelude)
+// without a hello, saying why on stderr.
+func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+	}
+	python := spec.Python
+	if python == "" {
+		python = t.opts.Python
+	}
+	if python == "" {
+		python = "python3"
+	}
+	if err := t.check(spec, python); err != nil {
+		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+	}
+	bc, err := t.bundle()
+	if err != nil {
+		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+	}
+	argv, preamble, err := t.plan(bc, spec, python)
+	if err != nil {
+		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+	}
+	k, err := launch(argv, preamble, spec.Stderr, t.opts)
+	if err != nil {
+		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+	}
+	return k, nil
+}
+
+// check refuses what cannot start, before anything runs.
+func (t *Transport) check(spec transports.Spec, python string) error {
+	if spec.SessionID == "" {
+		return fmt.Errorf("no session id: %w", ErrInvalidSpec)
+	}
+	if err := checkSandboxDir(spec.Dir); err != nil {
+		return fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+	}
+	if strings.IndexByte(python, 0) >= 0 || strings.HasPrefix(python, "-") || strings.ContainsRune(python, '=') {
+		return fmt.Errorf("python %q cannot be run by name or path: %w", python, ErrInvalidSpec)
+	}
+	for _, a := range t.opts.ArgvPrefix {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("wrapper argument %q holds a NUL byte: %w", a, ErrInvalidSpec)
+		}
+	}
+	if t.opts.StubDir != "" {
+		if err := checkSandboxDir(t.opts.StubDir); err != nil {
+			return fmt.Errorf("stub %w: %w", err, ErrInvalidSpec)
+		}
+	}
+	if len(t.opts.ArgvPrefix) > 0 {
+		if _, err := exec.LookPath(t.opts.ArgvPrefix[0]); err != nil {
+			return fmt.Errorf("wrapper %q: %w: %w", t.opts.ArgvPrefix[0], transports.ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
+// plan returns the host argv and what is written to stdin before the first frame.
+func (t *Transport) plan(bc bundleCache, spec transports.Spec, python string) (argv []string, preamble []byte, err error) {
+	stub := images.KernelEnv(bc.bundle)
+	program, arg := loader, bc.bundle.Hash()
+	if t.opts.StubDir != "" {
+		if program, arg, err = bootProgram(images.KernelArgv(python, t.opts.StubDir)); err != nil {
+			return nil, nil, err
+		}
+		stub = withoutKey(stub, images.EnvBundle)
+		if t.opts.StubHash != "" {
+			stub = append(stub, images.EnvBundle+"="+t.opts.StubHash)
+		}
+	}
+	startEnv := append([]string{"PATH=" + DefaultPath}, stub...)
+	defaults := startEnv
+	if t.opts.EOFGrace > 0 {
+		defaults = append(defaults[:len(defaults):len(defaults)],
+			images.EnvEOFGrace+"="+strconv.FormatFloat(t.opts.EOFGrace.Seconds(), 'f', -1, 64))
+	}
+	block, err := encodeStart(spec.Dir, kernelEnv(defaults, spec.Env))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+	}
+	argv = append(append([]string(nil), t.opts.ArgvPrefix...),
+		command(python, program, arg, startEnv, t.opts.InheritWrapperEnv)...)
+	preamble = block
+	if t.opts.StubDir == "" {
+		preamble = append(block, bc.payload...)
+	}
+	return argv, preamble, nil
+}
+
+func withoutKey(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// launch starts argv in its own process group with the host's environment, its stdin
+// and stdout as pipes, and sends preamble before any frame.
+func launch(argv []string, preamble []byte, stderr interface {
+	Write([]byte) (int, error)
+}, opts Options) (*Kernel, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	var errR, errW *os.File
+	if stderr != nil {
+		if errR, errW, err = os.Pipe(); err != nil {
+			inR.Close()
+			inW.Close()
+			outR.Close()
+			outW.Close()
+			return nil, err
+		}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = inR
+	cmd.Stdout = outW
+	if errW != nil {
+		cmd.Stderr = errW
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	// The wrapper holds its ends now (or nobody does).
+	inR.Close()
+	outW.Close()
+	if errW != nil {
+		errW.Close()
+	}
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		if errR != nil {
+			errR.Close()
+		}
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			err = fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("run wrapper %q: %w", argv[0], err)
+	}
+	return newKernel(cmd, inW, outR, errR, stderr, preamble, opts), nil
+}

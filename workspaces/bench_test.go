@@ -1,0 +1,197 @@
+package workspaces
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// benchFiles is the size of the benchmark trees: KENNEL_BENCH_FILES, else 10,000 (the
+// issue's full size is 100,000).
+func benchFiles(b *testing.B) int {
+	if v := os.Getenv("KENNEL_BENCH_FILES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("KENNEL_BENCH_FILES=%q", v)
+		}
+		return n
+	}
+	return 10_000
+}
+
+// writeMixed writes n files of mixed sizes under dir, 100 a directory: 80 % up to 4 KiB,
+// 18 % up to 32 KiB, 2 % up to 256 KiB (about 7.7 KB on average).
+func writeMixed(b *testing.B, dir string, n int) int64 {
+	b.Helper()
+	var g errgroup
+	sizes := make([]int, n)
+	var total int64
+	x := uint32(1)
+	for i := range sizes {
+		x = x*1664525 + 1013904223
+		switch r := x >> 8 % 100; {
+		case r < 80:
+			sizes[i] = int(x>>4) % 4096
+		case r < 98:
+			sizes[i] = 4096 + int(x>>4)%(28<<10)
+		default:
+			sizes[i] = 32<<10 + int(x>>4)%(224<<10)
+		}
+		total += int64(sizes[i])
+	}
+	buf := make([]byte, 256<<10)
+	for i := range buf {
+		buf[i] = byte(i*31 + i>>8)
+	}
+	dirs := (n + 99) / 100
+	for w := range 4 {
+		g.Go(func() error {
+			for d := w; d < dirs; d += 4 {
+				sub := filepath.Join(dir, fmt.Sprintf("d%04d", d))
+				if err := os.MkdirAll(sub, 0o755); err != nil {
+					return err
+				}
+				for i := d * 100; i < min(n, d*100+100); i++ {
+					if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%06d", i)), buf[:sizes[i]], 0o644); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	unix.Sync()
+	return total
+}
+
+// BenchmarkCreate times Create of a tree of mixed sizes against cp -a of the same tree on
+// the same file system: on ext4 (the test's temporary directory) a byte copy, on XFS
+// (a loop device made here) with --reflink=always. Create makes two copies (base and
+// child), cp one.
+func BenchmarkCreate(b *testing.B) {
+	n := benchFiles(b)
+	run := func(b *testing.B, root string, cpArgs ...string) {
+		src := filepath.Join(root, "src")
+		bytes := writeMixed(b, src, n)
+		state := filepath.Join(root, "state")
+		b.Run("kennel", func(b *testing.B) {
+			b.SetBytes(bytes)
+			workers, _ := strconv.Atoi(os.Getenv("KENNEL_BENCH_WORKERS"))
+			for i := range b.N {
+				res, err := Create(context.Background(), src, CreateOptions{State: state, ID: fmt.Sprint("b", i), Logger: quiet(), Workers: workers})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(res.Cloned), "cloned/op")
+				removeTree(res.Dir)
+				unix.Sync()
+				b.StartTimer()
+			}
+		})
+		b.Run("cp-a", func(b *testing.B) {
+			b.SetBytes(bytes)
+			for i := range b.N {
+				dst := filepath.Join(root, fmt.Sprint("cp", i))
+				if out, err := exec.Command("cp", append(append([]string{"-a"}, cpArgs...), src, dst)...).CombinedOutput(); err != nil {
+					b.Fatalf("cp: %v %s", err, out)
+				}
+				b.StopTimer()
+				removeTree(dst)
+				unix.Sync()
+				b.StartTimer()
+			}
+		})
+	}
+	b.Run("ext4", func(b *testing.B) {
+		dir := b.TempDir()
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.EXT4_SUPER_MAGIC {
+			b.Skipf("%s is not ext4", dir)
+		}
+		run(b, dir)
+	})
+	b.Run("xfs", func(b *testing.B) {
+		run(b, mountXFS(b, max(1<<30, int64(n)*40<<10)), "--reflink=always")
+	})
+}
+
+// BenchmarkHandBack times the hand-back of a workspace of mixed sizes where the child
+// changed 100 files, against a plain stat walk of the three trees (parent, base, copy).
+func BenchmarkHandBack(b *testing.B) {
+	n := benchFiles(b)
+	root := b.TempDir()
+	src := filepath.Join(root, "src")
+	writeMixed(b, src, n)
+	state := filepath.Join(root, "state")
+	runs := 0
+	handBack := func(b *testing.B, noSync bool) {
+		runs++
+		var toRecord time.Duration
+		defer func() { b.ReportMetric(float64(toRecord.Nanoseconds())/float64(b.N), "ns-to-record/op") }()
+		for i := range b.N {
+			b.StopTimer()
+			res, err := Create(context.Background(), src, CreateOptions{State: state, ID: fmt.Sprintf("h%d-%d-%v", runs, i, noSync), Logger: quiet()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for j := range 100 {
+				k := j * (n / 100)
+				p := filepath.Join(res.Path(), fmt.Sprintf("d%04d", k/100), fmt.Sprintf("f%06d", k))
+				if err := os.WriteFile(p, []byte(fmt.Sprint("changed ", runs, i, j)), 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			unix.Sync()
+			b.StartTimer()
+			start := time.Now()
+			out, err := HandBack(context.Background(), res.Dir, HandBackOptions{NoSync: noSync, Step: func(name string) error {
+				if name == "record" {
+					toRecord += time.Since(start)
+				}
+				return nil
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(out.Taken) != 100 {
+				b.Fatalf("taken %d, removed %d, conflicts %d, unchanged %d", len(out.Taken), len(out.Removed), len(out.Conflicts), out.Unchanged)
+			}
+		}
+	}
+	b.Run("kennel", func(b *testing.B) { handBack(b, false) })
+	b.Run("kennel-nosync", func(b *testing.B) { handBack(b, true) })
+	b.Run("statwalk3", func(b *testing.B) {
+		runs++
+		res, err := Create(context.Background(), src, CreateOptions{State: state, ID: fmt.Sprint("walk", runs), Logger: quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			for _, t := range []string{src, res.Base(), res.Path()} {
+				err := filepath.WalkDir(t, func(p string, d fs.DirEntry, err error) error {
+					if err != nil {
+						return err
+					}
+					_, err = d.Info()
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,64 @@
+// Package workspaces gives a child agent an isolated copy of its parent's directory and
+// brings the child's changes back, path by path, with a three-way rule.
+//
+// # Create
+//
+// Create copies the parent's tracked and untracked-not-ignored files (git ls-files in a
+// git work tree; else the files the tree's own .gitignore files do not ignore, decided by
+// package ignore) twice: the base, as the child found it, and the child's working copy.
+// It never copies .git or an ignored directory; symlinks stay symlinks and modes are kept.
+// Files are cloned with FICLONE where the file system shares extents (XFS, btrfs) and
+// copied with copy_file_range elsewhere, with one warning that gives both counts. Over
+// MaxFiles (100,000) files the copy is refused with a *TooManyFilesError that names the
+// shared mode. The stat of every copied entry goes into the workspace's manifest, so a
+// hand-back knows an untouched file without reading it.
+//
+// A workspace lives at <state>/workspaces/<ParentKey(parent)>/<id>/:
+//
+//	workspace.json  id, parent, creation time (0600)
+//	manifest.json   every copied path with its stat in the parent and in the copy (0600)
+//	base/           the parent as the child found it (private: files 0600)
+//	work/           the child's copy, Workspace.Path; a symlink to the parent afterwards
+//	conflicts/      the child's versions of the paths that conflicted
+//	handback.json   the hand-back's record (0600); its presence means it is done
+//
+// # Hand-back
+//
+// HandBack stops the child (HandBackOptions.Stop), lists the child's copy (its own
+// .gitignore files only, plus every path the base had), and asks Plan what to do with
+// each path the child changed:
+//
+//	child did not change it          the parent's content stays
+//	only the child changed it        the child's content (or removal) is taken
+//	both changed it the same way     kept
+//	both changed it differently      the parent's content stays; a conflict; the child's
+//	                                 version goes to conflicts/
+//	the parent cannot hold it        (a directory there, or a file or symlink where one of
+//	                                 its directories goes) the same as a conflict
+//
+// Plan is a pure function of three listings; the disk side only decides which entries are
+// equal (by stat when the manifest proves a file untouched, by bytes otherwise) and
+// carries the plan out with one rename (from a copy beside the path) or one unlink per
+// path. A hand-back cut at any point reruns from the start to the same tree and record.
+//
+// Races: the child must be stopped before its hand-back; the parent may change while a
+// hand-back runs, and a path it changes between the scan and its rename can be replaced
+// (each path is checked again just before its rename, which narrows but does not close
+// that window). Paths inside the child's copy are resolved with openat2 and
+// RESOLVE_NO_SYMLINKS, so a symlink the child planted never leads a read outside it.
+//
+// Example, as a controller would use it:
+//
+//	res, err := workspaces.Create(ctx, "/home/me/project", workspaces.CreateOptions{State: state, ID: "child-1"})
+//	if err != nil {
+//		return err // errors.Is(err, workspaces.ErrTooManyFiles): use the shared mode
+//	}
+//	// ... run the child's kernel in res.Path() ...
+//	out, err := workspaces.HandBack(ctx, res.Dir, workspaces.HandBackOptions{Stop: session.Stop})
+//	if err != nil {
+//		return err // the copy stays; a later HandBack resumes
+//	}
+//	for _, c := range out.Conflicts {
+//		log.Printf("conflict %s (%s): the child's version is at %s", c.Path, c.Reason, c.Saved)
+//	}
+package workspaces
