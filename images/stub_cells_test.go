@@ -227,3 +227,26 @@ func TestWorkingDirectoryIsTheKernels(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOutputAfterACellEndsIsOwnedByNoCell(t *testing.T) {
+	k := startKernel(t, kernelOpts{})
+	k.result("c1", "import threading, time, os\ndef late():\n    time.sleep(0.2)\n    print('late')\n    os.write(2, b'raw late\\n')\nthreading.Thread(target=late).start()")
+	var stdout, stderr string
+	for stdout != "late\n" || stderr != "raw late\n" {
+		f := k.next()
+		if f.Event != "stream" {
+			continue
+		}
+		if f.ID != "" {
+			t.Errorf("late output owned by %q: %s", f.ID, f)
+		}
+		if f.str("name") == "stdout" {
+			stdout += f.str("text")
+		} else {
+			stderr += f.str("text")
+		}
+		if len(stdout) > 5 || len(stderr) > 9 {
+			t.Fatalf("late output = %q, %q", stdout, stderr)
+		}
+	}
+}

@@ -30,9 +30,9 @@ func TestInterruptBusyLoopKeepsNamespace(t *testing.T) {
 
 func TestInterruptBlockingCalls(t *testing.T) {
 	cases := map[string]string{
-		"sleep":     "import time\nprint('go')\ntime.sleep(100)",
-		"lock":      "import threading\nl = threading.Lock(); l.acquire()\nprint('go')\nl.acquire()",
-		"read pipe": "import os\nr, w = os.pipe()\nprint('go')\nos.read(r, 1)",
+		"sleep":      "import time\nprint('go')\ntime.sleep(100)",
+		"lock":       "import threading\nl = threading.Lock(); l.acquire()\nprint('go')\nl.acquire()",
+		"read pipe":  "import os\nr, w = os.pipe()\nprint('go')\nos.read(r, 1)",
 		"subprocess": "import subprocess\nprint('go')\nsubprocess.run(['sleep', '100'])",
 	}
 	for name, code := range cases {
@@ -254,8 +254,8 @@ func TestDisplayFrame(t *testing.T) {
 		t.Errorf("display = %s, want %s", d.Raw, want)
 	}
 	for code, ename := range map[string]string{
-		"kennel.display('text')":                    "TypeError",
-		"kennel.display({'x': float('nan')})":       "ValueError",
+		"kennel.display('text')":                   "TypeError",
+		"kennel.display({'x': float('nan')})":      "ValueError",
 		"kennel.host_request('t', v=float('inf'))": "ValueError",
 		"kennel.host_request('t', v=object())":     "TypeError",
 	} {

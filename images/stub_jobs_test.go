@@ -67,6 +67,13 @@ func (k *kernel) noMoreJobFrames(id string) {
 
 func TestJobOutputAndExitCode(t *testing.T) {
 	k := startKernel(t, kernelOpts{})
+	k.send("job_run", "j0", "command", "printf hi")
+	got := k.until(func(f frame) bool { return f.ID == "j0" && f.Event == "job_output" })
+	// The controller decodes job_output fast in exactly this layout.
+	if raw := string(got[len(got)-1].Raw); raw != `{"event":"job_output","id":"j0","name":"stdout","data":"aGk="}`+"\n" {
+		t.Errorf("job_output layout: %s", raw)
+	}
+	k.jobOutput("j0")
 	start := k.jobRun("j1", `printf 'out'; printf 'err' >&2; exit 7`)
 	pid := num(t, start.M["pid"])
 	if num(t, start.M["pgid"]) != pid || start.str("command") != `printf 'out'; printf 'err' >&2; exit 7` {

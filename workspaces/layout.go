@@ -107,9 +107,11 @@ func Open(dir string) (*Workspace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", dir, err)
 	}
+	// The workspace directory holding a "work" first: after a hand-back "work" is a link
+	// to the parent, whose own files say nothing about the workspace.
 	candidates := []string{abs}
 	if filepath.Base(abs) == workName {
-		candidates = append(candidates, filepath.Dir(abs))
+		candidates = []string{filepath.Dir(abs), abs}
 	}
 	for _, c := range candidates {
 		data, err := os.ReadFile(filepath.Join(c, infoName))

@@ -95,7 +95,10 @@ def _bootstrap():
     if digest.hexdigest() != want:
         _fail("bundle hash %s does not match %s" % (digest.hexdigest(), want))
     root = "<kennel-bundle %s>" % want[:12]
-    import importlib.machinery as machinery
+    # The spec type of every module, without importing importlib.machinery (0.5 ms).
+    ModuleSpec = type(os.__spec__)
+    if ModuleSpec.__name__ != "ModuleSpec":
+        from importlib.machinery import ModuleSpec
 
     class Finder:
         """Imports modules of the bundle from memory."""
@@ -109,7 +112,7 @@ def _bootstrap():
                 key, package = rel + ".py", False
             else:
                 return None
-            spec = machinery.ModuleSpec(fullname, Finder, origin=root + "/" + key, is_package=package)
+            spec = ModuleSpec(fullname, Finder, origin=root + "/" + key, is_package=package)
             if package:
                 spec.submodule_search_locations = [root + "/" + rel]
             spec.has_location = True

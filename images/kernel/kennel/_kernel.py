@@ -29,6 +29,8 @@ _READER_TICK_MS = 20
 
 
 class Kernel:
+    """All the state of one kernel process; built and started once by serve."""
+
     def __init__(self, boot):
         self.boot = boot
         self.main_ident = threading.get_ident()

@@ -1,9 +1,10 @@
 """Host frames in: one line buffer over stdin, read by whichever thread is free.
 
 The main thread reads and dispatches host frames itself while no cell runs, so a cell
-starts without a hand-off between threads. While a cell runs, the reader thread does it
-(interrupts, host replies, jobs). Both read under one lock and dispatch under it too, so
-frames are dispatched in the order they came, whoever reads them.
+starts without a hand-off between threads, and while a cell on it waits for a host reply.
+Once a cell has run for a tick (20 ms) the reader thread reads too (interrupts, replies
+to other threads, jobs); a short cell never wakes it. All read under one lock and
+dispatch under it too, so frames are dispatched in the order they came, whoever reads.
 
 The descriptor stays blocking (it may be shared, e.g. a terminal): a read happens only
 right after poll said it has data, under the lock, so it never blocks.
