@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/controller/gate"
 	"github.com/kennel-dev/kennel/protocol"
@@ -306,10 +307,23 @@ func (e codedError) Error() string { return e.err.Error() }
 func (e codedError) Unwrap() error { return e.err }
 func (e codedError) Code() string  { return string(e.code) }
 
+// maxReplyMessage bounds the human message of an error reply.
+const maxReplyMessage = 1024
+
 // replyError turns a handler's error into the reply's error object: the code from the
-// first error in the chain that has one, else "internal".
+// first error in the chain that has one (a Code() string method), else "internal"; a path
+// refusal's reason and version (a Refusal() (reason, version string) method); the message
+// cut to maxReplyMessage bytes on a character boundary.
 func replyError(err error) *protocol.ReplyError {
-	re := &protocol.ReplyError{Code: protocol.CodeInternal, Message: err.Error()}
+	msg := err.Error()
+	if len(msg) > maxReplyMessage {
+		cut := maxReplyMessage - 3
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "..."
+	}
+	re := &protocol.ReplyError{Code: protocol.CodeInternal, Message: msg}
 	var coder interface{ Code() string }
 	if errors.As(err, &coder) {
 		if c := protocol.Code(coder.Code()); c.Valid() {
@@ -317,11 +331,10 @@ func replyError(err error) *protocol.ReplyError {
 		}
 	}
 	var refusal interface {
-		RefusalReason() string
-		RefusalVersion() string
+		Refusal() (reason, version string)
 	}
 	if errors.As(err, &refusal) {
-		re.Reason, re.Version = refusal.RefusalReason(), refusal.RefusalVersion()
+		re.Reason, re.Version = refusal.Refusal()
 	}
 	return re
 }

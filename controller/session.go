@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,7 +42,7 @@ type HostHandler interface {
 	// not change over a session's life.
 	Serves(typ string) bool
 	// Serve handles one request; its result is marshalled to JSON as the reply's result.
-	Serve(ctx context.Context, typ string, args []byte) (any, error)
+	Serve(ctx context.Context, typ string, args json.RawMessage) (any, error)
 }
 
 // Options configure a session. Transport and Dir are required; every other zero value is

@@ -179,7 +179,7 @@ func (h *echoHandler) Serves(typ string) bool {
 	return typ == "test.echo" || typ == "test.slow" || typ == "test.fail"
 }
 
-func (h *echoHandler) Serve(ctx context.Context, typ string, args []byte) (any, error) {
+func (h *echoHandler) Serve(ctx context.Context, typ string, args json.RawMessage) (any, error) {
 	switch typ {
 	case "test.slow":
 		select {

@@ -13,6 +13,7 @@ import (
 )
 
 func TestZipHoldsTheBundle(t *testing.T) {
+	t.Parallel()
 	b, err := Stub()
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +46,7 @@ func TestZipHoldsTheBundle(t *testing.T) {
 }
 
 func TestBootstrapRunsTheStubFromStdin(t *testing.T) {
+	t.Parallel()
 	python := needPython(t)
 	b, _ := stubDir(t)
 	payload, err := b.BootstrapPayload()
@@ -69,6 +71,7 @@ func TestBootstrapRunsTheStubFromStdin(t *testing.T) {
 }
 
 func TestBootstrapRefusesABadPayload(t *testing.T) {
+	t.Parallel()
 	python := needPython(t)
 	b, _ := stubDir(t)
 	good, err := b.BootstrapPayload()
@@ -119,6 +122,7 @@ func TestBootstrapRefusesABadPayload(t *testing.T) {
 // files, bytes moved between path and content), the bootstrap accepts the zip under the
 // Go hash and refuses it under any other.
 func TestBootstrapHashAgreesWithGo(t *testing.T) {
+	t.Parallel()
 	python := needPython(t)
 	rng := rand.New(rand.NewSource(1))
 	bundles := [][]File{

@@ -9,6 +9,7 @@ import (
 )
 
 func TestHelloFields(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	b, _ := stubDir(t)
 	h := k.hello
@@ -39,6 +40,7 @@ func TestHelloFields(t *testing.T) {
 }
 
 func TestHelloWithoutBundleEnvSaysEmpty(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{env: []string{EnvBundle + "=not-hex\"},\"x\":{"}})
 	if got := k.hello.str("bundle"); got != "" {
 		t.Errorf("bundle = %q, want empty for a bad value", got)
@@ -46,6 +48,7 @@ func TestHelloWithoutBundleEnvSaysEmpty(t *testing.T) {
 }
 
 func TestFinalExpressionIsResult(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	if got := k.result("c1", "x = 6*7"); got != "<null>" {
 		t.Errorf("assignment result = %s, want null", got)
@@ -76,6 +79,7 @@ func TestFinalExpressionIsResult(t *testing.T) {
 }
 
 func TestPrintStreamsBeforeDone(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	before, done := k.execute("c1", "import sys\nprint('hello')\nprint('oops', file=sys.stderr)\nsys.stdout.buffer.write('caf\\xc3\\xa9\\n'.encode('latin-1'))\n7")
 	if got := streamText(before, "c1", "stdout"); got != "hello\ncafé\n" {
@@ -90,6 +94,7 @@ func TestPrintStreamsBeforeDone(t *testing.T) {
 }
 
 func TestFdLevelOutputIsCaptured(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	code := "import os, subprocess\nos.system('echo hi')\nos.write(1, b'raw\\n')\nos.write(2, b'err\\n')\nsubprocess.run(['sh', '-c', 'echo child; echo childerr >&2'])\n"
 	before, done := k.execute("c1", code)
@@ -110,6 +115,7 @@ func TestFdLevelOutputIsCaptured(t *testing.T) {
 }
 
 func TestCellCannotReadTheFrames(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	// fd 0 and sys.stdin are /dev/null: a cell or its child cannot take host frames.
 	got := k.result("c1", "import os, sys, subprocess\n(sys.stdin.read(), os.read(0, 100), subprocess.run(['cat'], capture_output=True).stdout)")
@@ -122,6 +128,7 @@ func TestCellCannotReadTheFrames(t *testing.T) {
 }
 
 func TestLargeOutputIsSplitIntoFrames(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	before, done := k.execute("c1", "import sys\nsys.stdout.write('ab\\u20ac' * 300000)\nimport os\nos.write(1, b'z' * 1500000)\nNone")
 	if done.str("status") != "ok" {
@@ -139,6 +146,7 @@ func TestLargeOutputIsSplitIntoFrames(t *testing.T) {
 }
 
 func TestCellErrorReport(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	_, done := k.execute("c1", "def f():\n    return 1/0\nf()")
 	if done.str("status") != "error" || done.M["result"] != nil {
@@ -192,6 +200,7 @@ func TestCellErrorReport(t *testing.T) {
 }
 
 func TestNonStringCodeFailsTheCell(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", 5)
 	done := k.until(isDone("c1"))
@@ -202,6 +211,7 @@ func TestNonStringCodeFailsTheCell(t *testing.T) {
 }
 
 func TestCellsRunInOrderInOneNamespace(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	for i := 0; i < 20; i++ {
 		k.send("execute", "c"+strconv.Itoa(i), "code", "n = globals().get('n', 0) + 1\nn")
@@ -216,6 +226,7 @@ func TestCellsRunInOrderInOneNamespace(t *testing.T) {
 }
 
 func TestWorkingDirectoryIsTheKernels(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	k := startKernel(t, kernelOpts{dir: dir})
 	want := strconv.Quote(dir)
@@ -229,6 +240,7 @@ func TestWorkingDirectoryIsTheKernels(t *testing.T) {
 }
 
 func TestOutputAfterACellEndsIsOwnedByNoCell(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.result("c1", "import threading, time, os\ndef late():\n    time.sleep(0.2)\n    print('late')\n    os.write(2, b'raw late\\n')\nthreading.Thread(target=late).start()")
 	var stdout, stderr string

@@ -15,6 +15,7 @@ func (k *kernel) startCell(id, code string) []frame {
 }
 
 func TestInterruptBusyLoopKeepsNamespace(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.result("c0", "y = 5")
 	k.startCell("c1", "print('go', flush=True)\nwhile True:\n    pass")
@@ -29,6 +30,7 @@ func TestInterruptBusyLoopKeepsNamespace(t *testing.T) {
 }
 
 func TestInterruptBlockingCalls(t *testing.T) {
+	t.Parallel()
 	cases := map[string]string{
 		"sleep":      "import time\nprint('go')\ntime.sleep(100)",
 		"lock":       "import threading\nl = threading.Lock(); l.acquire()\nprint('go')\nl.acquire()",
@@ -52,6 +54,7 @@ func TestInterruptBlockingCalls(t *testing.T) {
 }
 
 func TestInterruptOfACellNotRunningDoesNothing(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("interrupt", "c0") // nothing runs
 	k.startCell("c1", "import time\nprint('go')\ntime.sleep(0.3)\n'finished'")
@@ -71,6 +74,7 @@ func TestInterruptOfACellNotRunningDoesNothing(t *testing.T) {
 }
 
 func TestInterruptWhilePrinting(t *testing.T) {
+	t.Parallel()
 	// Interrupts arriving while the cell writes frames never cut a frame: the harness
 	// checks every line.
 	k := startKernel(t, kernelOpts{})
@@ -99,6 +103,7 @@ func (k *kernel) hostRequest() frame {
 }
 
 func TestHostRequestRoundTrip(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", "r = kennel.host_request('echo', a=1, b=[1, 'x'], type='t')\nr")
 	req := k.hostRequest()
@@ -118,6 +123,7 @@ func TestHostRequestRoundTrip(t *testing.T) {
 }
 
 func TestHostRequestErrorRaisesHostError(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", "try:\n    kennel.fs.read('/etc/passwd')\nexcept kennel.HostError as e:\n    r = (e.code, e.message, e.reason, e.version)\nr")
 	req := k.hostRequest()
@@ -138,6 +144,7 @@ func TestHostRequestErrorRaisesHostError(t *testing.T) {
 }
 
 func TestDuplicateReplyDoesNotSettleTheRequest(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", "kennel.host_request('slow')")
 	req := k.hostRequest()
@@ -162,6 +169,7 @@ func TestDuplicateReplyDoesNotSettleTheRequest(t *testing.T) {
 }
 
 func TestInterruptEndsAHostRequestWait(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", "kennel.host_request('never')")
 	req := k.hostRequest()
@@ -177,6 +185,7 @@ func TestInterruptEndsAHostRequestWait(t *testing.T) {
 }
 
 func TestConcurrentHostRequestsMatchByID(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	code := `import threading
 out = {}
@@ -202,6 +211,7 @@ sorted(out.items())`
 }
 
 func TestFsWrappersSendTheirArgs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	k := startKernel(t, kernelOpts{dir: dir})
 	cases := []struct {
@@ -238,6 +248,7 @@ func TestFsWrappersSendTheirArgs(t *testing.T) {
 }
 
 func TestDisplayFrame(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	before, done := k.execute("c1", "kennel.display({'text/plain': 'hi', 'application/json': {'a': [1]}})")
 	if done.str("status") != "ok" {
@@ -267,6 +278,7 @@ func TestDisplayFrame(t *testing.T) {
 }
 
 func TestPayloadTooLargeFailsTheCellOnly(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	cases := map[string]string{
 		"display 17 MiB": "kennel.display({'text/plain': 'x' * (17 << 20)})",
@@ -289,6 +301,7 @@ func TestPayloadTooLargeFailsTheCellOnly(t *testing.T) {
 }
 
 func TestPayloadLimitBoundary(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	// The frame {"event":"display","id":"c1","data":{"t":"xxx..."}}\n is exactly the
 	// limit: written. One byte more: refused.
@@ -325,6 +338,7 @@ func itoa(n int) string {
 }
 
 func TestMalformedHostFramesAreLoggedAndSkipped(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	lines := []string{
 		"not json",

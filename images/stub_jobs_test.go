@@ -66,6 +66,7 @@ func (k *kernel) noMoreJobFrames(id string) {
 }
 
 func TestJobOutputAndExitCode(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("job_run", "j0", "command", "printf hi")
 	got := k.until(func(f frame) bool { return f.ID == "j0" && f.Event == "job_output" })
@@ -96,6 +97,7 @@ func TestJobOutputAndExitCode(t *testing.T) {
 }
 
 func TestJobBytesAreExactAcrossWrites(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	// A UTF-8 character split across two writes, and bytes that are not UTF-8.
 	k.jobRun("j1", `printf '\342\202'; sleep 0.1; printf '\254'; printf '\377\000\n' >&2`)
@@ -109,6 +111,7 @@ func TestJobBytesAreExactAcrossWrites(t *testing.T) {
 }
 
 func TestJobOutputPropertyExactBytes(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -140,6 +143,7 @@ func TestJobOutputPropertyExactBytes(t *testing.T) {
 }
 
 func TestJobStdinIsDevNullAndCwdIsTheKernels(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	k := startKernel(t, kernelOpts{dir: dir})
 	k.jobRun("j1", `cat; pwd`)
@@ -150,6 +154,7 @@ func TestJobStdinIsDevNullAndCwdIsTheKernels(t *testing.T) {
 }
 
 func TestJobKillWithClosedPipesKillsTheGroup(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", `exec >&- 2>&-; sleep 1000`)
 	pgid := num(t, start.M["pgid"])
@@ -168,6 +173,7 @@ func TestJobKillWithClosedPipesKillsTheGroup(t *testing.T) {
 }
 
 func TestJobKillReachesTheWholeGroup(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", `sleep 1000 & sleep 1000 & echo started; wait`)
 	pgid := num(t, start.M["pgid"])
@@ -183,6 +189,7 @@ func TestJobKillReachesTheWholeGroup(t *testing.T) {
 }
 
 func TestJobEndWaitsForBothPipes(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	// The shell exits at once; a background child keeps stdout open a while and writes.
 	k.jobRun("j1", `(sleep 0.3; echo late) & exit 0`)
@@ -193,6 +200,7 @@ func TestJobEndWaitsForBothPipes(t *testing.T) {
 }
 
 func TestJobKillAfterExitWhileAChildHoldsThePipe(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", `sleep 1000 & echo up; exit 3`)
 	pgid := num(t, start.M["pgid"])
@@ -207,6 +215,7 @@ func TestJobKillAfterExitWhileAChildHoldsThePipe(t *testing.T) {
 }
 
 func TestJobFrameErrors(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("job_run", "bad", "command", 5)
 	got := k.until(func(f frame) bool { return f.Event == "job_end" && f.ID == "bad" })

@@ -9,6 +9,7 @@ import (
 )
 
 func TestEOFExitsZero(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.result("c1", "1")
 	k.stdin.Close()
@@ -18,6 +19,7 @@ func TestEOFExitsZero(t *testing.T) {
 }
 
 func TestShutdownFrameExitsAndEndsJobs(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", "sleep 1000")
 	pgid := num(t, start.M["pgid"])
@@ -33,6 +35,7 @@ func TestShutdownFrameExitsAndEndsJobs(t *testing.T) {
 }
 
 func TestEOFKillsJobsThatIgnoreTERM(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", `trap '' TERM; echo ready; while :; do sleep 0.05; done`)
 	pgid := num(t, start.M["pgid"])
@@ -49,6 +52,7 @@ func TestEOFKillsJobsThatIgnoreTERM(t *testing.T) {
 }
 
 func TestEOFWhileACellHoldsTheKernelExitsAfterTheGrace(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{env: []string{EnvEOFGrace + "=1"}})
 	k.startCell("c1", "print('go')\nwhile True:\n    pass")
 	k.send("execute", "c2", "code", "'queued'")
@@ -74,6 +78,7 @@ func TestEOFWhileACellHoldsTheKernelExitsAfterTheGrace(t *testing.T) {
 }
 
 func TestEOFAnswersCellsNotStarted(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{env: []string{EnvEOFGrace + "=5"}})
 	k.startCell("c1", "import time\nprint('go')\ntime.sleep(0.3)\n'first'")
 	k.send("execute", "c2", "code", "'second'")
@@ -92,6 +97,7 @@ func TestEOFAnswersCellsNotStarted(t *testing.T) {
 }
 
 func TestEOFFailsAPendingHostRequest(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	k.send("execute", "c1", "code", "kennel.host_request('never')")
 	k.hostRequest()
@@ -119,6 +125,7 @@ func startOwner(t *testing.T) *exec.Cmd {
 }
 
 func TestOwnerDeathEndsTheKernel(t *testing.T) {
+	t.Parallel()
 	owner := startOwner(t)
 	k := startKernel(t, kernelOpts{env: []string{EnvOwnerPID + "=" + strconv.Itoa(owner.Process.Pid)}})
 	start := k.jobRun("j1", "sleep 1000")
@@ -133,6 +140,7 @@ func TestOwnerDeathEndsTheKernel(t *testing.T) {
 }
 
 func TestOwnerZombieCountsAsDead(t *testing.T) {
+	t.Parallel()
 	owner := startOwner(t)
 	k := startKernel(t, kernelOpts{env: []string{EnvOwnerPID + "=" + strconv.Itoa(owner.Process.Pid)}})
 	k.result("c1", "1")
@@ -143,6 +151,7 @@ func TestOwnerZombieCountsAsDead(t *testing.T) {
 }
 
 func TestStdinOwnerIgnoresThePid(t *testing.T) {
+	t.Parallel()
 	owner := startOwner(t)
 	pid := owner.Process.Pid
 	owner.Process.Kill()
@@ -159,6 +168,7 @@ func TestStdinOwnerIgnoresThePid(t *testing.T) {
 }
 
 func TestBadOwnerPidIsLogged(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{env: []string{EnvOwnerPID + "=abc"}})
 	got := k.until(func(f frame) bool { return f.Event == "log" })
 	if got[len(got)-1].str("level") != "warning" {
@@ -170,6 +180,7 @@ func TestBadOwnerPidIsLogged(t *testing.T) {
 }
 
 func TestSIGTERMEndsJobsThenExits(t *testing.T) {
+	t.Parallel()
 	k := startKernel(t, kernelOpts{})
 	start := k.jobRun("j1", "sleep 1000")
 	pgid := num(t, start.M["pgid"])

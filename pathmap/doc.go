@@ -72,5 +72,6 @@
 // host path. A sandbox path where a deeper mount sits always means that mount. A missing
 // component ends the walk on disk; the rest becomes the Target's missing tail, which
 // Target.WriteFile and Rename create as directories beneath the mount root. A trailing
-// slash is ignored.
+// slash, or "." after a name, needs a directory there, as in the kernel (else reason
+// not_found); ResolveEntry ignores a trailing slash.
 package pathmap

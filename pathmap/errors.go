@@ -92,6 +92,10 @@ func (e *FsError) Unwrap() error { return e.Err }
 // Code returns the protocol code of the error (its Reason).
 func (e *FsError) Code() string { return e.Reason }
 
+// Refusal returns the reason and version a path refusal carries across the protocol
+// ("outside" or "read_only", and "transport@1"); version is "" for other errors.
+func (e *FsError) Refusal() (reason, version string) { return e.Reason, e.Version }
+
 // newErr builds an FsError of the class sentinel, wrapping cause (which may be nil) with
 // the sentinel so that errors.Is works on both.
 func newErr(op, path string, sentinel error, cause error) *FsError {

@@ -132,7 +132,11 @@ func TestResolveTable(t *testing.T) {
 	}{
 		{cwd: "/work", path: "d/f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
 		{cwd: "/work/d", path: "f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
-		{cwd: "/work/d/", path: "./f/", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
+		{cwd: "/work/d/", path: "./f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
+		{cwd: "/work/d/", path: "./f/", reason: "not_found"}, // a file is not a directory
+		{cwd: "/work/d/", path: "f/.", reason: "not_found"},
+		{cwd: "/work", path: "d/", host: f.a + "/d", sb: "/work/d", exists: true, isDir: true},
+		{cwd: "/work", path: "lin/", reason: "not_found"},
 		{cwd: "/work/d", path: "../d/./f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
 		{cwd: "/work/d/..", path: "d/f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true},
 		{cwd: "", path: "d/f", host: f.a + "/d/f", sb: "/work/d/f", exists: true, isReg: true}, // cwd "" is Dir

@@ -29,8 +29,10 @@ const MaxSymlinks = 40
 //   - a sandbox path where a deeper mount sits is that mount (deeper mounts shadow).
 //
 // Nothing outside the mounts is ever looked at on the host disk: outside every mount the
-// walk goes on by name only, and a walk that ends there is refused with reason outside,
-// as is one relative to the sandbox home ("~"). A component that does not exist ends the
+// walk goes on by name only through the directories that lead to a mount (the parents of
+// its sandbox path, or of its host directory for a symlink's target); any other name
+// there, or a walk that ends outside, is refused with reason outside, as is a path
+// relative to the sandbox home ("~"). A component that does not exist ends the
 // disk walk: the rest must be plain names (not "..") and is kept as the Target's missing
 // tail, so writes can create it. The final symlink is followed; see ResolveEntry for the
 // symlink itself. More than MaxSymlinks symlinks: ErrLoop.
@@ -89,6 +91,9 @@ func (m *Map) resolve(unsafeCwd, unsafePath string, entry bool) (Target, error) 
 		w.start()
 	}
 	parts := split(unsafePath)
+	if strings.HasSuffix(unsafePath, "/") && !entry {
+		parts = append(parts, ".") // a trailing slash needs a directory, as in the kernel
+	}
 	var last string
 	if entry {
 		if len(parts) == 0 || parts[len(parts)-1] == "." || parts[len(parts)-1] == ".." {
@@ -142,6 +147,9 @@ func (m *Map) fast(cwd, unsafePath, display string) (t Target, ok bool, err erro
 	st, err := fstat(fd)
 	if err != nil || fileType(&st) == unix.S_IFLNK {
 		return Target{}, false, nil
+	}
+	if fileType(&st) != unix.S_IFDIR && (strings.HasSuffix(unsafePath, "/") || strings.HasSuffix(unsafePath, "/.") || unsafePath == ".") {
+		return Target{}, false, nil // "file/" is not a directory: the walk says so
 	}
 	return Target{m: m, mnt: fm, rel: rel, typ: fileType(&st), dev: st.Dev, ino: st.Ino}, true, nil
 }
@@ -265,6 +273,8 @@ func (w *walker) run(queue []comp) error {
 // step walks one component and returns the queue to continue with.
 func (w *walker) step(c comp, queue []comp) ([]comp, error) {
 	switch {
+	case (c.name == "." || c.name == "") && w.tail == nil && w.typ != unix.S_IFDIR:
+		return nil, newErr(w.op, w.path, ErrNotFound, detail("not a directory"))
 	case c.name == "." || c.name == "":
 		return queue, nil
 	case w.tail != nil && c.name == "..":
@@ -283,10 +293,17 @@ func (w *walker) step(c comp, queue []comp) ([]comp, error) {
 			return w.goToHost(parent(w.vpos), queue), nil
 		}
 		return w.goTo(parent(w.vpos), queue), nil
-	case w.mnt == nil && w.hostPos:
-		return w.goToHost(append(w.vpos, c.name), queue), nil
 	case w.mnt == nil:
-		return w.goTo(append(w.vpos, c.name), queue), nil
+		// Outside every mount, only the directories that lead to a mount exist for the
+		// walk: any other name leads outside (nothing there is looked at).
+		pos := append(w.vpos[:len(w.vpos):len(w.vpos)], c.name)
+		if !w.m.leadsToMount(pos, w.hostPos) {
+			return nil, newErr(w.op, w.path, ErrOutside, nil)
+		}
+		if w.hostPos {
+			return w.goToHost(pos, queue), nil
+		}
+		return w.goTo(pos, queue), nil
 	}
 	if mm := w.mountAt(c.name); mm != nil {
 		w.enter(mm)
@@ -340,6 +357,21 @@ func (w *walker) mountAt(c string) *mount {
 	return w.m.bySandbox[joinComps("/", sp)]
 }
 
+// leadsToMount reports whether the components pos (a sandbox path, or a host path if
+// host) are a mount's path or lie on the way to one or into one.
+func (m *Map) leadsToMount(pos []string, host bool) bool {
+	for _, mm := range m.mounts {
+		if host {
+			if hasPrefix(mm.realComps, pos) || hasPrefix(mm.hostComps, pos) || hasPrefix(pos, mm.realComps) || hasPrefix(pos, mm.hostComps) {
+				return true
+			}
+		} else if hasPrefix(mm.sbComps, pos) || hasPrefix(pos, mm.sbComps) {
+			return true
+		}
+	}
+	return false
+}
+
 // parent returns the components of the parent ("/" is its own parent).
 func parent(c []string) []string {
 	if len(c) == 0 {
@@ -376,7 +408,8 @@ func (w *walker) up() error {
 // follow continues the walk at a symlink's target, read as the host reads it: an
 // absolute target from the host's root, a relative one from the link's directory, and
 // ".." in it through the host's directories. Outside every mount the walk goes on by
-// name only, without looking at the host disk, and a walk that ends there is refused.
+// name only, through the host directories that lead to a mount, without looking at the
+// host disk; a target that names anything else there is refused.
 func (w *walker) follow(target string, queue []comp) ([]comp, error) {
 	w.hops++
 	if w.hops > MaxSymlinks {

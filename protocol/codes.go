@@ -31,6 +31,14 @@ const (
 	CodeAmbiguous Code = "ambiguous"
 	// CodeLoop: a symlink loop.
 	CodeLoop Code = "loop"
+	// CodeExists: the destination of a write or move exists and may not be replaced.
+	CodeExists Code = "exists"
+	// CodeCrossDevice: a move between two file systems that the host will not copy.
+	CodeCrossDevice Code = "cross_device"
+	// CodeChanged: the file changed between its check and its use; the request may be retried.
+	CodeChanged Code = "changed"
+	// CodeDenied: the host's own permissions refused the operation.
+	CodeDenied Code = "denied"
 	// CodeInternal: the host failed; not the kernel's fault.
 	CodeInternal Code = "internal"
 )
@@ -40,7 +48,7 @@ func Codes() []Code {
 	return []Code{
 		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeInternal,
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeInternal,
 	}
 }
 
@@ -49,7 +57,7 @@ func (c Code) Valid() bool {
 	switch c {
 	case CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeInternal:
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeInternal:
 		return true
 	}
 	return false

@@ -125,13 +125,14 @@ func splitCells(text string) []string {
 	return cells
 }
 
-// startLocal starts a fresh local session in f's directory; close it with closeSession.
-func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, error) {
+// startLocal starts a fresh local session in f's directory; end it with the returned func,
+// which closes the session and releases its path map.
+func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
 	dir := f.dir
 	if dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		dir = wd
 	}
@@ -141,31 +142,44 @@ func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, s
 	}
 	bundle, err := images.Stub()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return controller.Start(ctx, controller.Options{
+	if err := controller.CheckWorkingDir(dir); err != nil {
+		return nil, nil, err
+	}
+	handler, sandboxDir, release, err := hostHandler(dir, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := controller.Start(ctx, controller.Options{
 		Transport:  local.New(local.Options{}),
 		Dir:        dir,
+		SandboxDir: sandboxDir,
 		Bundle:     bundle.Hash(),
-		Handler:    hostHandler(dir),
+		Handler:    handler,
 		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 		Truncation: truncation,
 	})
-}
-
-func closeSession(ctx context.Context, s *controller.Session) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = s.Close(cctx)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	end := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+		release()
+	}
+	return s, end, nil
 }
 
 // runCells runs cells one after another in a fresh local session.
 func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io.Writer) error {
-	s, err := startLocal(ctx, f, output.Default(), stderr)
+	s, end, err := startLocal(ctx, f, output.Default(), stderr)
 	if err != nil {
 		return err
 	}
-	defer closeSession(ctx, s)
+	defer end()
 	sink := controller.WriterSink{Stdout: stdout, Stderr: stderr}
 	for _, code := range cells {
 		res, err := s.Execute(ctx, code, sink)
@@ -205,11 +219,11 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 	if f.noTruncate {
 		truncation = output.Off()
 	}
-	s, err := startLocal(ctx, f, truncation, stderr)
+	s, end, err := startLocal(ctx, f, truncation, stderr)
 	if err != nil {
 		return err
 	}
-	defer closeSession(ctx, s)
+	defer end()
 	job, err := s.RunJob(ctx, f.sh, controller.JobOptions{})
 	if err != nil {
 		return err

@@ -246,3 +246,65 @@ func TestStartRefusesBadSpecs(t *testing.T) {
 		}
 	}
 }
+
+// A stub already in the sandbox (Options.StubDir) is used as it is: no bundle is sent,
+// and the hello reports Options.StubHash.
+func TestStubAlreadyInTheSandbox(t *testing.T) {
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wrappers {
+		t.Run(w.name, func(t *testing.T) {
+			// Unpack into the host directory the sandbox sees, then name its sandbox path.
+			probe := w.make(t, testOptions())
+			cache := filepath.Join(probe.HostDir, "stub")
+			if err := os.Mkdir(cache, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			dir, err := b.Unpack(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(probe.HostDir, dir)
+			for _, hash := range []string{b.Hash(), ""} {
+				opts := testOptions()
+				opts.ArgvPrefix = probe.Transport.Options().ArgvPrefix
+				opts.Python = probe.Transport.Options().Python
+				opts.StubDir = probe.SandboxDir + "/" + filepath.ToSlash(rel)
+				opts.StubHash = hash
+				tr := wrapped.New(opts)
+				k, err := tr.Start(t.Context(), transports.Spec{SessionID: "s", Dir: probe.SandboxDir})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := newClient(k)
+				f, err := c.next()
+				if err != nil || f["event"] != "hello" || f["bundle"] != hash {
+					t.Errorf("hello %v, %v; want bundle %q", f, err, hash)
+				}
+				if out := c.run(t, "import kennel\nprint(kennel.__file__)"); !strings.HasPrefix(out, opts.StubDir) {
+					t.Errorf("the stub runs from %q, want %s", out, opts.StubDir)
+				}
+				killAndWait(t, k)
+				for range c.frames {
+				}
+			}
+		})
+	}
+}
+
+// With InheritWrapperEnv the interpreter runs right after the prefix (no env -i); the
+// kernel's os.environ, and so its children's, is still exactly its own.
+func TestInheritWrapperEnvStillReplacesTheEnvironment(t *testing.T) {
+	opts := testOptions()
+	opts.InheritWrapperEnv = true
+	sb := wrappers[0].make(t, opts)
+	secret := "host-secret-" + randomHex()
+	t.Setenv("KENNEL_WRAPPED_TEST_HOST_SECRET", secret)
+	_, c, _ := start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir, Env: []string{"A=1"}})
+	out := c.run(t, "import os, subprocess\nprint(sorted(os.environ))\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)")
+	if strings.Contains(out, secret) || !strings.Contains(out, "'A'") || !strings.Contains(out, "A=1") {
+		t.Errorf("kernel environment %q", out)
+	}
+}

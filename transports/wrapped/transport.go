@@ -104,6 +104,13 @@ func loadBundle() (bundleCache, error) {
 	return bundleCache{bundle: b, payload: p}, nil
 }
 
+// Options returns the transport's options (a copy).
+func (t *Transport) Options() Options {
+	o := t.opts
+	o.ArgvPrefix = append([]string(nil), o.ArgvPrefix...)
+	return o
+}
+
 // Name returns "wrapped".
 func (t *Transport) Name() string { return Name }
 

@@ -46,6 +46,16 @@ def encode(event, frame_id, fields=()):
     return "".join(parts).encode("ascii")
 
 
+def encode_done_ok(frame_id, result):
+    """encode("done", frame_id, status ok, result, error null), faster."""
+    if type(frame_id) is not str or (result is not None and type(result) is not str):
+        return encode("done", frame_id, (("status", "ok"), ("result", result), ("error", None)))
+    return (
+        '{"event":"done","id":%s,"status":"ok","result":%s,"error":null}\n'
+        % (_encode_str(frame_id), "null" if result is None else _encode_str(result))
+    ).encode("ascii")
+
+
 def _write_all(fd, data):
     view = memoryview(data)
     while view:

@@ -135,7 +135,10 @@ class Kernel:
 
     def _done(self, cell_id, outcome):
         try:
-            frame = _frames.encode("done", cell_id, outcome.fields())
+            if outcome.status == _cells.OK and outcome.error is None:
+                frame = _frames.encode_done_ok(cell_id, outcome.result)
+            else:
+                frame = _frames.encode("done", cell_id, outcome.fields())
         except (TypeError, ValueError) as exc:
             frame = _frames.encode(
                 "done", cell_id, _cells.failure("EncodeError", str(exc)).fields()
