@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/internal/reaper"
+)
+
+// envRunMain makes the test binary run kennel's main: the tests exec it as the real
+// command, with real signals and exit codes.
+const envRunMain = "KENNEL_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if reaper.Main() {
+		return
+	}
+	if os.Getenv(envRunMain) == "1" {
+		os.Args = append([]string{"kennel"}, os.Args[1:]...)
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// kennelCmd returns the test binary set up to run as `kennel args...` in dir.
+func kennelCmd(t *testing.T, dir string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), envRunMain+"=1", "XDG_CACHE_HOME="+filepath.Join(t.TempDir(), "cache"))
+	return cmd
+}
+
+// runKennel runs kennel to its end and returns stdout, stderr and the exit code.
+func runKennel(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := kennelCmd(t, t.TempDir(), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stdin = strings.NewReader(stdin)
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestRunPrintsWhatCellsPrintAndTheirLastValue(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  string
+	}{
+		{"two -c cells share a namespace", "", []string{"run", "-c", "x = 6*7", "-c", "print(x)"}, "42\n"},
+		{"a final expression is printed", "", []string{"run", "-c", "6*7"}, "42\n"},
+		{"cells from stdin split at # %%", "a = 1\n# %%\nprint(a + 1)\n", []string{"run", "-"}, "2\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, code := runKennel(t, tc.stdin, tc.args...)
+			if code != 0 || out != tc.want {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want %q", code, out, errOut, tc.want)
+			}
+		})
+	}
+}
+
+func TestAFailingCellPrintsItsTracebackAndExits1(t *testing.T) {
+	out, errOut, code := runKennel(t, "", "run", "-c", "print('before')", "-c", "def f():\n    raise ValueError('bad value')\nf()", "-c", "print('never')")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if out != "before\n" {
+		t.Fatalf("stdout %q: a later cell ran or output was lost", out)
+	}
+	for _, want := range []string{"Traceback (most recent call last):", "f()", "ValueError: bad value"} {
+		if !strings.Contains(errOut, want) {
+			t.Fatalf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	_, errOut, code := runKennel(t, "", "run")
+	if code != 2 || !strings.Contains(errOut, "nothing to run") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestSIGINTInterruptsTheCellAndEndsCleanly is Ctrl-C: the cell gets KeyboardInterrupt,
+// kennel exits 130, and no kernel process is left.
+func TestSIGINTInterruptsTheCellAndEndsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	marker := fmt.Sprintf("kennel-sigint-%d", time.Now().UnixNano())
+	cmd := kennelCmd(t, dir, "run", "-c", "import os, time\nprint(os.getpid(), flush=True)\n"+
+		"try:\n    while True: time.sleep(0.01)\nexcept KeyboardInterrupt:\n    print('"+marker+"', flush=True)\n    raise")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	buf := make([]byte, 64)
+	n, _ := stdout.Read(buf)
+	if _, err := fmt.Sscan(string(buf[:n]), &pid); err != nil || pid == 0 {
+		t.Fatalf("no kernel pid printed: %q (%v)", buf[:n], err)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	rest := new(bytes.Buffer)
+	_, _ = rest.ReadFrom(stdout)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		t.Fatal("kennel did not end after SIGINT")
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("exit: %v, want 130; stderr %q", err, errb.String())
+	}
+	if !strings.Contains(rest.String(), marker) {
+		t.Fatalf("the cell saw no KeyboardInterrupt: stdout %q", rest.String())
+	}
+	if !strings.Contains(errb.String(), "KeyboardInterrupt") {
+		t.Fatalf("stderr %q does not say the cell was interrupted", errb.String())
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("kernel %d still alive after kennel exited", pid)
+	}
+}
+
+func TestVersionNamesProtocolAndBundle(t *testing.T) {
+	out, _, code := runKennel(t, "", "version")
+	if code != 0 || !strings.Contains(out, "protocol 1") || !strings.Contains(out, "stub bundle ") {
+		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+}
