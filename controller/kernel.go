@@ -182,8 +182,9 @@ func (kc *kernelConn) serves(typ string) bool {
 // onRequest runs an accepted host request's handler on its own goroutine; its result or
 // error is the request's one reply.
 func (kc *kernelConn) onRequest(r gate.Request) {
+	line := append([]byte(nil), r.Line...) // r.Line is the gate's buffer, valid only during this call
 	go func() {
-		req, err := protocol.DecodeHostRequest(r.Line)
+		req, err := protocol.DecodeHostRequest(line)
 		var result any
 		if err == nil {
 			result, err = kc.s.opts.Handler.Serve(kc.ctx, req.Type, req.Args)

@@ -369,3 +369,50 @@ func TestMalformedHostFramesAreLoggedAndSkipped(t *testing.T) {
 		t.Errorf("after bad frames: %s", got)
 	}
 }
+
+func TestHostFramesSplitBatchedAndOversized(t *testing.T) {
+	t.Parallel()
+	k := startKernel(t, kernelOpts{})
+	write := func(s string) {
+		t.Helper()
+		if _, err := k.stdin.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two frames in one write, one frame cut across writes, CRLF and spaces around.
+	write(`{"type":"execute","id":"a","code":"1"}` + "\n" + `{"type":"execute","id":"b","code":"2"}` + "\n" + `{"type":"exec`)
+	got := k.until(isDone("b"))
+	write(`ute","id":"c","code":"3"}` + "\r\n" + `  {"type":"execute","id":"d","code":"4"}  ` + "\n")
+	got = append(got, k.until(isDone("d"))...)
+	var results []string
+	for _, f := range got {
+		if f.Event == "done" {
+			results = append(results, f.ID+"="+f.str("result"))
+		}
+	}
+	if strings.Join(results, " ") != "a=1 b=2 c=3 d=4" {
+		t.Errorf("results = %v", results)
+	}
+	// Extra data after the object: not a frame.
+	write(`{"type":"execute","id":"x","code":"1"} {}` + "\n")
+	got = k.until(func(f frame) bool { return f.Event == "log" || f.Event == "done" })
+	if f := got[len(got)-1]; f.Event != "log" {
+		t.Errorf("frame with extra data ran: %s", f)
+	}
+	// A line over 32 MiB is dropped whole, with one log; the next frame works.
+	big := `{"type":"execute","id":"big","code":"'` + strings.Repeat("x", 33<<20) + `'"}` + "\n"
+	go k.stdin.Write([]byte(big + `{"type":"execute","id":"after","code":"'ok'"}` + "\n"))
+	got = k.until(isDone("after"))
+	logs := 0
+	for _, f := range got {
+		switch {
+		case f.Event == "log" && strings.Contains(f.str("message"), "over"):
+			logs++
+		case f.Event == "done" && f.ID == "big":
+			t.Error("the oversized frame ran")
+		}
+	}
+	if logs != 1 || got[len(got)-1].str("result") != "'ok'" {
+		t.Errorf("%d logs; after = %s", logs, got[len(got)-1])
+	}
+}

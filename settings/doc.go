@@ -22,7 +22,8 @@
 // a word is another command), and a pathMap mount with a bad or unknown field is dropped
 // whole (a mount missing its readOnly would share more than was written). A file that
 // cannot be read (not JSON, not an object, a duplicate key, an unknown version, not a
-// regular file, over MaxFileSize) applies nothing and is one Problem (ErrUnreadable).
+// regular file, over MaxFileSize, writable by every user, owned by another user but
+// root) applies nothing and is one Problem (ErrUnreadable).
 //
 // # Trust
 //

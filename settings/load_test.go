@@ -235,6 +235,29 @@ func TestUnreadableFilesApplyNothingAndFailClosed(t *testing.T) {
 			t.Errorf("problems %q", got)
 		}
 	})
+	t.Run("writable by every user", func(t *testing.T) {
+		e := newEnv(t)
+		writeFile(t, e.globalFile(), `{"logLevel": "debug"}`)
+		if err := os.Chmod(e.globalFile(), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if got := problemsOf(e, e.load(t)); !slices.Equal(got, []string{"global  unreadable"}) {
+			t.Errorf("problems %q", got)
+		}
+	})
+	t.Run("owned by another user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a file away")
+		}
+		e := newEnv(t)
+		writeFile(t, e.globalFile(), `{"logLevel": "debug"}`)
+		if err := os.Chown(e.globalFile(), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if got := problemsOf(e, e.load(t)); !slices.Equal(got, []string{"global  unreadable"}) {
+			t.Errorf("problems %q", got)
+		}
+	})
 	t.Run("an untrusted project's", func(t *testing.T) {
 		e := newEnv(t)
 		writeFile(t, e.projectFile(), `{`)

@@ -14,8 +14,9 @@ const MaxFileSize = 1 << 20
 
 // readDocument reads and parses a settings file. A file that does not exist reads as an
 // empty object (exists false). Every other failure matches ErrUnreadable: the file cannot
-// be opened or read, is not a regular file, is over MaxFileSize, is not a JSON object, has
-// a duplicate key, or has a version other than 1.
+// be opened or read, is not a regular file, is writable by every user or owned by another
+// user (but root), is over MaxFileSize, is not a JSON object, has a duplicate key, or has
+// a version other than 1.
 func readDocument(file string) (root *node, exists bool, err error) {
 	// O_NONBLOCK: a FIFO put in place of the file is opened without waiting, then refused.
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -32,6 +33,13 @@ func readDocument(file string) (root *node, exists bool, err error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, true, fmt.Errorf("read %s: %w: not a regular file", file, ErrUnreadable)
+	}
+	// Settings run code: a file another user wrote is not ours to apply.
+	if fi.Mode().Perm()&0o002 != 0 {
+		return nil, true, fmt.Errorf("read %s: %w: writable by every user (chmod o-w)", file, ErrUnreadable)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() && st.Uid != 0 {
+		return nil, true, fmt.Errorf("read %s: %w: owned by uid %d, not by this user", file, ErrUnreadable, st.Uid)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {

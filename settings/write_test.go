@@ -142,12 +142,12 @@ func TestSetKeepsEveryOtherKey(t *testing.T) {
 // were, and the error says why.
 func TestSetNeverRewritesAnUnreadableFile(t *testing.T) {
 	for name, data := range map[string]string{
-		"not JSON":      `{"logLevel": "debug",`,
-		"an array":      `[]`,
-		"a string":      `"x"`,
-		"duplicate key": `{"logLevel": "debug", "logLevel": "info"}`,
-		"version 2":     `{"version": 2}`,
-		"too big":       `{"x": "` + strings.Repeat("x", MaxFileSize) + `"}`,
+		"not JSON":       `{"logLevel": "debug",`,
+		"an array":       `[]`,
+		"a string":       `"x"`,
+		"duplicate key":  `{"logLevel": "debug", "logLevel": "info"}`,
+		"version 2":      `{"version": 2}`,
+		"too big":        `{"x": "` + strings.Repeat("x", MaxFileSize) + `"}`,
 		"not UTF-8 JSON": "{\"logLevel\": \"debug\"}\xff",
 	} {
 		t.Run(name, func(t *testing.T) {

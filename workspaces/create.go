@@ -10,12 +10,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,8 +27,8 @@ type CreateOptions struct {
 	ID string
 	// MaxFiles is the most files a copy takes. Zero: MaxFiles (100,000).
 	MaxFiles int
-	// Workers is the number of files copied at once. Zero: 8 (the work waits on the disk
-	// more than on a CPU).
+	// Workers is the number of directories copied at once. Zero: 8 (clones of files in
+	// different directories run concurrently in the file system).
 	Workers int
 	// Logger receives the one warning of a copy that could not clone. Nil: slog.Default().
 	Logger *slog.Logger
@@ -148,44 +145,13 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 		return err
 	}
 	defer src.close()
-	base, work := filepath.Join(res.Dir, baseName), filepath.Join(res.Dir, workName)
-
-	// Directories first, in path order; their modes once the files are in.
-	dirs := map[string]bool{}
-	for _, p := range paths {
-		for _, a := range ancestors(p) {
-			dirs[a] = true
-		}
+	c, err := newCopier(src, res.Dir, paths, opts.Workers, report)
+	if err != nil {
+		return err
 	}
-	dirList := slices.Sorted(func(yield func(string) bool) {
-		for d := range dirs {
-			if !yield(d) {
-				return
-			}
-		}
-	})
-	for _, top := range []string{base, work} {
-		if err := os.Mkdir(top, 0o700); err != nil {
-			return err
-		}
-	}
-	dirModes := map[string]fs.FileMode{}
-	for _, d := range dirList {
-		st, err := src.lstat(d)
-		if err != nil || kindOf(st.Mode) != KindDir {
-			continue // gone or no longer a directory: its files fail to open and are left out
-		}
-		if parentDir := path.Dir(d); parentDir != "." {
-			if _, ok := dirModes[parentDir]; !ok {
-				continue
-			}
-		}
-		dirModes[d] = permOf(st.Mode)
-		for _, top := range []string{base, work} {
-			if err := os.Mkdir(filepath.Join(top, filepath.FromSlash(d)), 0o700); err != nil {
-				return err
-			}
-		}
+	defer c.close()
+	if err := c.makeDirs(); err != nil {
+		return err
 	}
 
 	start, err := fsClock(res.Dir)
@@ -193,57 +159,13 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 		return err
 	}
 
-	// Files, in parallel.
 	report.set("copy", len(paths))
-	entries := make([]mentry, len(paths))
-	kept := make([]bool, len(paths))
-	var cloned, copied atomic.Int64
-	var noClone atomic.Bool // set once the file system refused a clone
-	jobs := make(chan int)
-	errs := make(chan error, opts.Workers)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				e, ok, nClone, err := copyEntry(src, base, work, paths[i], &noClone)
-				if err != nil {
-					errs <- err
-					cancel()
-					for range jobs {
-					}
-					return
-				}
-				entries[i], kept[i] = e, ok
-				cloned.Add(int64(nClone))
-				if ok && e.Kind == KindFile {
-					copied.Add(int64(2 - nClone))
-				}
-				report.add(1)
-			}
-		}()
-	}
-	for i := range paths {
-		if ctx.Err() != nil {
-			break
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := c.copyFiles(ctx); err != nil {
 		return err
 	}
 	var m []mentry
-	for i, e := range entries {
-		if !kept[i] {
+	for i, e := range c.entries {
+		if !c.kept[i] {
 			continue
 		}
 		m = append(m, e)
@@ -254,16 +176,9 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 			res.Symlinks++
 		}
 	}
-	res.Cloned, res.Copied = int(cloned.Load()), int(copied.Load())
-
-	// Directory modes of the child's copy, deepest first (a read-only directory is
-	// written into before it gets its mode). The base stays private.
-	for _, d := range slices.Backward(dirList) {
-		if mode, ok := dirModes[d]; ok {
-			if err := os.Chmod(filepath.Join(work, filepath.FromSlash(d)), mode); err != nil {
-				return err
-			}
-		}
+	res.Cloned, res.Copied = int(c.cloned.Load()), int(c.copied.Load())
+	if err := c.setDirModes(); err != nil {
+		return err
 	}
 	var newest int64
 	for _, e := range m {
@@ -286,93 +201,6 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 			"parent", res.Parent, "workspace", res.Dir, "cloned", res.Cloned, "copied", res.Copied)
 	}
 	return nil
-}
-
-// copyEntry copies the parent's entry rel into base and work. ok is false when rel is
-// gone, a directory or a special file (left out). cloned counts the copies (0 to 2) that
-// shared extents.
-func copyEntry(src *root, base, work, rel string, noClone *atomic.Bool) (e mentry, ok bool, cloned int, err error) {
-	e = mentry{Path: rel}
-	dsts := [2]string{filepath.Join(base, filepath.FromSlash(rel)), filepath.Join(work, filepath.FromSlash(rel))}
-	f, fst, err := src.openFile(rel)
-	switch {
-	case err == nil:
-		defer f.Close()
-		e.Kind, e.Parent, e.Mode, e.Size = KindFile, fingerprintOf(&fst), permOf(fst.Mode), fst.Size
-		for i, d := range dsts {
-			c, cst, err := cloneTo(d, f, &fst, noClone, i == 1)
-			if err != nil {
-				return e, false, 0, err
-			}
-			if c {
-				cloned++
-			}
-			if i == 1 {
-				e.Child = fingerprintOf(&cst)
-			}
-		}
-		return e, true, cloned, nil
-	case absent(err) && !errors.Is(err, unix.ELOOP):
-		return e, false, 0, nil
-	case !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.EINVAL):
-		return e, false, 0, err
-	}
-	// A symlink (or one on the way, or a special file).
-	st, err := src.lstat(rel)
-	if err != nil {
-		if absent(err) {
-			return e, false, 0, nil
-		}
-		return e, false, 0, err
-	}
-	if kindOf(st.Mode) != KindSymlink {
-		return e, false, 0, nil
-	}
-	e.Kind, e.Parent = KindSymlink, fingerprintOf(&st)
-	if e.Target, err = src.readlink(rel); err != nil {
-		return e, false, 0, err
-	}
-	e.Size = int64(len(e.Target))
-	for _, d := range dsts {
-		if err := os.Symlink(e.Target, d); err != nil {
-			return e, false, 0, err
-		}
-	}
-	var cst unix.Stat_t
-	if err := unix.Lstat(dsts[1], &cst); err != nil {
-		return e, false, 0, &fs.PathError{Op: "lstat", Path: dsts[1], Err: err}
-	}
-	e.Child = fingerprintOf(&cst)
-	return e, true, 0, nil
-}
-
-// cloneTo makes a new file at dst with the bytes of the open file f (whose status is st)
-// and returns whether it shares f's extents. With keep, the new file also gets f's mode
-// and times, and its status is returned; without (the base, which only keeps bytes for
-// comparison), it stays private (0600).
-func cloneTo(dst string, f *os.File, st *unix.Stat_t, noClone *atomic.Bool, keep bool) (bool, unix.Stat_t, error) {
-	var out unix.Stat_t
-	d, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return false, out, err
-	}
-	cloned, err := copyInto(d, f, noClone)
-	if err == nil && keep {
-		err = unix.Fchmod(int(d.Fd()), st.Mode&0o7777)
-		if err == nil {
-			err = futimens(int(d.Fd()), st.Atim, st.Mtim)
-		}
-		if err == nil {
-			err = unix.Fstat(int(d.Fd()), &out)
-		}
-	}
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return false, out, fmt.Errorf("copy to %s: %w", dst, err)
-	}
-	return cloned, out, nil
 }
 
 // fsClock reads the file system's clock in dir: the ctime of a file made there.

@@ -113,17 +113,11 @@ func (r *root) readlink(rel string) (string, error) {
 	if dfd != r.fd {
 		defer unix.Close(dfd)
 	}
-	buf := make([]byte, 256)
-	for {
-		n, err := unix.Readlinkat(dfd, name, buf)
-		if err != nil {
-			return "", &fs.PathError{Op: "readlink", Path: r.abs(rel), Err: err}
-		}
-		if n < len(buf) {
-			return string(buf[:n]), nil
-		}
-		buf = make([]byte, 2*len(buf))
+	target, err := readlinkAt(dfd, name)
+	if err != nil {
+		return "", &fs.PathError{Op: "readlink", Path: r.abs(rel), Err: err}
 	}
+	return target, nil
 }
 
 // absent reports whether err says a path does not exist as asked: missing, or a file or
@@ -178,14 +172,27 @@ func fingerprintOf(st *unix.Stat_t) fingerprint {
 }
 
 // copyInto fills dst (empty, open for writing at offset 0) with the bytes of src (read
-// from offset 0, whatever its file offset): a clone of its
-// extents (FICLONE) where the file system can, else an in-kernel byte copy
-// (copy_file_range), else read and write. When noClone is set no clone is tried; a
-// refusal that says the file systems cannot clone sets it (for a run between the same
-// two file systems the answer does not change).
+// from offset 0, whatever its file offset); see copyFd.
 func copyInto(dst, src *os.File, noClone *atomic.Bool) (cloned bool, err error) {
+	cloned, err = copyFd(int(dst.Fd()), int(src.Fd()), noClone)
+	if err != nil {
+		return false, fmt.Errorf("copy %s: %w", src.Name(), err)
+	}
+	return cloned, nil
+}
+
+// copyFd fills the file dst (empty, open for writing at offset 0) with the bytes of the
+// file src (read from offset 0, whatever its file offset): a clone of its extents
+// (FICLONE) where the file system can, else an in-kernel byte copy (copy_file_range),
+// else read and write. When noClone is set no clone is tried; a refusal that says the
+// file systems cannot clone sets it (for a run between the same two file systems the
+// answer does not change).
+func copyFd(dst, src int, noClone *atomic.Bool) (cloned bool, err error) {
 	if noClone == nil || !noClone.Load() {
-		err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd()))
+		err := unix.IoctlFileClone(dst, src)
+		for err == unix.EINTR {
+			err = unix.IoctlFileClone(dst, src)
+		}
 		if err == nil {
 			return true, nil
 		}
@@ -195,30 +202,46 @@ func copyInto(dst, src *os.File, noClone *atomic.Bool) (cloned bool, err error) 
 	}
 	var off int64
 	for {
-		n, err := unix.CopyFileRange(int(src.Fd()), &off, int(dst.Fd()), nil, 1<<30, 0)
+		n, err := unix.CopyFileRange(src, &off, dst, nil, 1<<30, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			if off == 0 && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP)) {
+			if off == 0 && (err == unix.ENOSYS || err == unix.EXDEV || err == unix.EINVAL || err == unix.EOPNOTSUPP) {
 				break
 			}
-			return false, fmt.Errorf("copy %s: %w", src.Name(), err)
+			return false, err
 		}
 		if n == 0 {
 			return false, nil
 		}
 	}
 	// copy_file_range refused before copying anything: read and write.
-	if _, err := io.Copy(onlyWriter{dst}, io.NewSectionReader(src, 0, 1<<62)); err != nil {
-		return false, fmt.Errorf("copy %s: %w", src.Name(), err)
+	buf := make([]byte, 128<<10)
+	for off = 0; ; {
+		n, err := unix.Pread(src, buf, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if n == 0 {
+			return false, nil
+		}
+		for w := 0; w < n; {
+			m, err := unix.Write(dst, buf[w:n])
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			w += m
+		}
+		off += int64(n)
 	}
-	return false, nil
 }
-
-// onlyWriter hides the ReaderFrom of *os.File so io.Copy does not try copy_file_range
-// again.
-type onlyWriter struct{ io.Writer }
 
 // sameBytes reports whether the files a and b hold the same bytes, reading both to the
 // first difference. read, when not nil, is told of every read.

@@ -192,12 +192,12 @@ func existence(path string) string {
 type kernelSetup struct {
 	// transport starts the session's kernels.
 	transport transports.Transport
-	// sandboxDir is the session's working directory inside the sandbox ("" for local).
+	// sandboxDir is the session's working directory inside the sandbox.
 	sandboxDir string
 	// env are the kernel's entries from the host variables the setting names, mapped.
 	env []string
-	// pathMap maps sandbox paths to host paths (nil for local kernels); the caller closes
-	// it when the session ends.
+	// pathMap maps sandbox paths to host paths (the identity map of the working directory
+	// for local kernels); the caller closes it when the session ends.
 	pathMap *pathmap.Map
 	// warnings are the settings' problems and the environment entries left out, for the
 	// operator.
@@ -235,7 +235,12 @@ func setupKernel(dir, transportArgv string, lookupEnv func(string) (string, bool
 		return nil, err
 	}
 	if kt == nil {
-		s.transport = local.New(local.Options{})
+		// A local kernel sees the host's files: the identity map of dir serves its fs.*.
+		m, err := pathmap.New(pathmap.Config{Dir: dir})
+		if err != nil {
+			return nil, fmt.Errorf("path map: %w", err)
+		}
+		s.transport, s.sandboxDir, s.pathMap = local.New(local.Options{}), m.Dir(), m
 		return s, nil
 	}
 	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: kt.PathMap})

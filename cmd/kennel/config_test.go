@@ -118,8 +118,11 @@ func TestSetupKernelFromSettings(t *testing.T) {
 		return v, ok
 	}
 	s, err := setupKernel(project, "", lookup)
-	if err != nil || s.pathMap != nil {
+	if err != nil || s.pathMap == nil || s.sandboxDir != s.pathMap.Dir() {
 		t.Fatalf("no settings: %+v, %v", s, err)
+	}
+	if got := s.pathMap.Mounts(); len(got) != 1 || got[0].Sandbox != got[0].Host {
+		t.Errorf("no settings: path map %+v, want the identity map of the project", got)
 	}
 	if _, ok := s.transport.(*local.Transport); !ok {
 		t.Errorf("no settings: transport %T, want local", s.transport)

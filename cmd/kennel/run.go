@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
-	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/spf13/cobra"
 )
 
@@ -26,6 +26,8 @@ type runFlags struct {
 	sh         string        // --sh: a shell command to run as a job instead of cells
 	budget     time.Duration // --budget: when a --sh job detaches (0: never)
 	noTruncate bool          // --no-truncate: print every byte of a --sh job
+	// transportArgv (--transport-argv) runs the kernel under this wrapper for this run.
+	transportArgv string
 }
 
 func newRunCmd() *cobra.Command {
@@ -71,6 +73,7 @@ Ctrl-C kills the job's process group and kennel exits 130.`,
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log the controller's diagnostics to stderr")
 	cmd.Flags().StringVar(&f.sh, "sh", "", "run this shell command (/bin/sh -c) in the sandbox as a job instead of cells")
 	cmd.Flags().DurationVar(&f.budget, "budget", 0, "with --sh: detach the job after this long, say so and keep waiting (0: never)")
+	cmd.Flags().StringVar(&f.transportArgv, "transport-argv", "", "run the kernel under this wrapper for this run ('docker exec -i box' or a JSON array)")
 	cmd.Flags().BoolVar(&f.noTruncate, "no-truncate", false, "with --sh: print every byte of the job's output (truncation off)")
 	return cmd
 }
@@ -125,9 +128,10 @@ func splitCells(text string) []string {
 	return cells
 }
 
-// startLocal starts a fresh local session in f's directory; end it with the returned func,
-// which closes the session and releases its path map.
-func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
+// startSession starts a fresh session in f's directory on the transport the settings (or
+// --transport-argv) name, local by default; end it with the returned func, which closes
+// the session and releases its path map.
+func startSession(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
 	dir := f.dir
 	if dir == "" {
 		wd, err := os.Getwd()
@@ -140,6 +144,7 @@ func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, s
 	if f.debug {
 		level = slog.LevelDebug
 	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	bundle, err := images.Stub()
 	if err != nil {
 		return nil, nil, err
@@ -147,17 +152,22 @@ func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, s
 	if err := controller.CheckWorkingDir(dir); err != nil {
 		return nil, nil, err
 	}
-	handler, sandboxDir, release, err := hostHandler(dir, nil)
+	ks, err := setupKernel(dir, f.transportArgv, os.LookupEnv)
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, w := range ks.warnings {
+		logger.Warn("settings: " + w)
+	}
+	release := func() { _ = ks.pathMap.Close() }
 	s, err := controller.Start(ctx, controller.Options{
-		Transport:  local.New(local.Options{}),
+		Transport:  ks.transport,
 		Dir:        dir,
-		SandboxDir: sandboxDir,
+		SandboxDir: ks.sandboxDir,
+		Env:        ks.env,
 		Bundle:     bundle.Hash(),
-		Handler:    handler,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Handler:    fshost.New(ks.pathMap, fshost.Options{}),
+		Logger:     logger,
 		Truncation: truncation,
 	})
 	if err != nil {
@@ -175,7 +185,7 @@ func startLocal(ctx context.Context, f runFlags, truncation output.Truncation, s
 
 // runCells runs cells one after another in a fresh local session.
 func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io.Writer) error {
-	s, end, err := startLocal(ctx, f, output.Default(), stderr)
+	s, end, err := startSession(ctx, f, output.Default(), stderr)
 	if err != nil {
 		return err
 	}
@@ -219,7 +229,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 	if f.noTruncate {
 		truncation = output.Off()
 	}
-	s, end, err := startLocal(ctx, f, truncation, stderr)
+	s, end, err := startSession(ctx, f, truncation, stderr)
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,7 @@ func (g *Gate) line(line []byte, offset int64) error {
 		g.refuse(hd.id, protocol.CodeUnserved, fmt.Sprintf("no handler serves %q", bounded(hd.typ)))
 		return nil
 	}
-	id := string(hd.id)
-	g.ids.add(id, h)
-	g.cfg.OnRequest(Request{ID: id, Type: typ, Line: append([]byte(nil), line...)})
+	g.cfg.OnRequest(Request{ID: g.ids.add(hd.id, h), Type: typ, Line: line})
 	return nil
 }
 
@@ -144,9 +142,14 @@ func (g *Gate) eventID(id []byte) string {
 	return s
 }
 
-// intern returns typ as a string, from a bounded table of names seen.
+// intern returns typ as a string, from a bounded table of names seen. The type of the
+// last request is tried first: a kernel tends to send runs of one type.
 func (g *Gate) intern(typ []byte) string {
+	if g.lastType == string(typ) {
+		return g.lastType
+	}
 	if s, ok := g.types[string(typ)]; ok {
+		g.lastType = s
 		return s
 	}
 	s := string(typ)

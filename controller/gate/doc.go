@@ -44,14 +44,19 @@
 //
 // Memory: the gate holds a line whole only while it is within the limit, so its buffer
 // grows to about MaxLine at most (and shrinks back once long lines stop). Past the limit
-// it reads the rest of the line through that buffer and keeps none of it. A Frame's Line
-// is the gate's buffer, valid during OnEvent; a Request's Line is a copy the receiver owns.
+// it reads the rest of the line through that buffer and keeps none of it. A Frame's or a
+// Request's Line is the gate's buffer, valid only during the callback that receives it
+// (as with bufio.Scanner.Bytes): a handler that runs on copies it first. IDs and types
+// are strings the receiver may keep; accepting a request allocates nothing per request.
 //
 // Use:
 //
 //	g := gate.New(gate.Config{
 //		Serves:    func(typ string) bool { _, ok := handlers[typ]; return ok },
-//		OnRequest: func(r gate.Request) { go serve(r) },
+//		OnRequest: func(r gate.Request) {
+//			line := bytes.Clone(r.Line) // r.Line is the gate's buffer
+//			go serve(r.ID, r.Type, line)
+//		},
 //		OnRefusal: func(r gate.Refusal) { reply(r.ID, r.Status, r.Code, r.Message) },
 //		OnEvent:   func(f gate.Frame) { route(f.Event, f.ID, f.Line) },
 //	})

@@ -20,10 +20,14 @@ type Frame struct {
 // Request is a host request the gate accepted: it is within the line limit, of a type
 // Serves reports served, with an id not in use. Exactly one handler must answer it.
 type Request struct {
-	ID   string
+	// ID is the request's id, as decoded from its head. The string is the receiver's
+	// to keep.
+	ID string
+	// Type is the request's type, one Serves reported served.
 	Type string
 	// Line is the whole line without its newline, a valid JSON object of valid UTF-8.
-	// It is owned by the receiver.
+	// Like Frame.Line it is valid only during the OnRequest call: the gate reuses the
+	// memory, so a handler that outlives the call must copy it first.
 	Line []byte
 }
 
@@ -46,8 +50,8 @@ type Config struct {
 	// Serves reports whether a host request type has a handler. Nil, or a nil OnRequest,
 	// means no type is served: every request is refused.
 	Serves func(typ string) bool
-	// OnRequest receives each accepted request, in order. It must not block: start the
-	// handler and return.
+	// OnRequest receives each accepted request, in order. It must not block: copy
+	// Request.Line if the handler needs it, start the handler and return.
 	OnRequest func(Request)
 	// OnRefusal receives each refusal, in the order decided. Nil drops them (and so
 	// breaks the one-reply rule: only tests should leave it nil).
@@ -79,6 +83,7 @@ type Gate struct {
 	val        validator
 	heads      headScanner
 	types      map[string]string // interned request types, bounded by maxTypes
+	lastType   string            // the type interned last
 	recent     [4]string         // event ids handed out lately, reused to spare allocations
 	nextRecent int
 	ran        bool

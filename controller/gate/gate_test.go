@@ -3,6 +3,7 @@ package gate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -250,26 +251,64 @@ func TestTheNewest1024IDsAreKept(t *testing.T) {
 	}
 }
 
-func TestRequestLinesAreOwnedAndEventLinesWhole(t *testing.T) {
-	var reqs [][]byte
-	var events []string
-	lines := []string{req("a", "fs.read"), `{"event":"stream","id":"c1","name":"stdout","text":"x"}` + "\n", req("b", "fs.write")}
+// TestLinesAreWholeDuringTheCallbackAndIDsKeep: a request's and an event's Line is the
+// whole line during its callback (read in small chunks, so lines span reads); the ID
+// strings handed out stay unchanged while the gate goes on reading thousands of lines
+// over the same buffer and id arena.
+func TestLinesAreWholeDuringTheCallbackAndIDsKeep(t *testing.T) {
+	var lines []string
+	for i := range 3 * arenaBlock / 8 {
+		lines = append(lines, req(fmt.Sprintf("id-%d", i), "fs.read"))
+		if i%5 == 0 {
+			lines = append(lines, fmt.Sprintf(`{"event":"stream","id":"c%d","name":"stdout","text":"x"}`+"\n", i))
+		}
+	}
+	lines = append(lines, req(strings.Repeat("L", arenaMaxID+1), "fs.write"), req("", "fs.read"))
+	var gotLines []string
+	var ids []string
 	g := New(Config{
-		Serves:    serves,
-		OnRequest: func(r Request) { reqs = append(reqs, r.Line) },
-		OnEvent:   func(f Frame) { events = append(events, string(f.Line)) },
+		Serves: serves,
+		OnRequest: func(r Request) {
+			gotLines = append(gotLines, string(r.Line)+"\n")
+			ids = append(ids, r.ID)
+		},
+		OnEvent: func(f Frame) { gotLines = append(gotLines, string(f.Line)+"\n") },
 	})
-	if err := g.Run(context.Background(), &chunkReader{data: []byte(strings.Join(lines, "")), sizes: []int{7}}); err != nil {
+	if err := g.Run(context.Background(), &chunkReader{data: []byte(strings.Join(lines, "")), sizes: []int{7, 300, 5000}}); err != nil {
 		t.Fatal(err)
 	}
-	if len(reqs) != 2 || string(reqs[0])+"\n" != lines[0] || string(reqs[1])+"\n" != lines[2] {
-		t.Fatalf("request lines %q", reqs)
+	if !reflect.DeepEqual(gotLines, lines) {
+		t.Fatalf("lines differ: got %d, want %d", len(gotLines), len(lines))
 	}
-	if cap(reqs[0]) != len(reqs[0]) && &reqs[0][:cap(reqs[0])][cap(reqs[0])-1] == &reqs[1][0] {
-		t.Fatal("request lines share memory")
+	wantIDs := []string{}
+	for _, l := range lines {
+		var r struct{ Event, ID string }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Event == "host_request" {
+			wantIDs = append(wantIDs, r.ID)
+		}
 	}
-	if len(events) != 1 || events[0]+"\n" != lines[1] {
-		t.Fatalf("event lines %q", events)
+	if !reflect.DeepEqual(ids, wantIDs) {
+		t.Fatal("an ID handed out changed later")
+	}
+}
+
+// TestAcceptingAllocatesNothingPerRequest: a run of accepted requests allocates about
+// one arena block per arenaBlock bytes of ids, not a string or a line per request.
+func TestAcceptingAllocatesNothingPerRequest(t *testing.T) {
+	const n = 20000
+	data, _ := requestFrames(n)
+	allocs := testing.AllocsPerRun(3, func() {
+		g := New(Config{Serves: serves, OnRequest: func(Request) {}})
+		if err := g.Run(context.Background(), bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Per run: the gate and its tables, the read buffer, and n*7/arenaBlock blocks.
+	if limit := float64(20 + n*7/arenaBlock); allocs > limit {
+		t.Fatalf("%v allocations for %d requests, want at most %v", allocs, n, limit)
 	}
 }
 

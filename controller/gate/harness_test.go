@@ -44,7 +44,7 @@ func (r *recorder) config(served func(string) bool) Config {
 		Serves: served,
 		OnRequest: func(q Request) {
 			r.outs = append(r.outs, Outcome{Kind: "run", ID: q.ID, Type: q.Type, Len: len(q.Line)})
-			r.lines = append(r.lines, q.Line)
+			r.lines = append(r.lines, append([]byte(nil), q.Line...)) // borrowed: copy
 		},
 		OnRefusal: func(f Refusal) {
 			r.outs = append(r.outs, Outcome{Kind: "refuse", ID: f.ID, Status: f.Status, Code: f.Code})

@@ -4,10 +4,12 @@ import "hash/maphash"
 
 // idSet remembers the newest accepted host-request ids: a ring of fixed size keeps their
 // order, and an open-addressing hash table (linear probing, backward-shift deletion)
-// finds them, so a lookup hashes the id once and neither lookup nor insertion allocates.
+// finds them, so a lookup hashes the id once and does not allocate. Insertion copies the
+// id into an arena (idArena), which allocates a block now and then, not a string per id.
 // An id leaves both when the ring wraps onto it; it may then be accepted again. Every id
 // in the ring is distinct, since an id in the set is never accepted.
 type idSet struct {
+	arena idArena      // the ids' bytes
 	seed  maphash.Seed // per gate, so a kernel cannot aim ids at one probe chain
 	slots []idSlot     // a power of two, at least twice the ring
 	mask  uint64
@@ -50,8 +52,10 @@ func (s *idSet) lookup(id []byte) (h uint64, found bool) {
 }
 
 // add records id (absent, with hash h from lookup) as the newest, forgetting the oldest
-// when the ring is full.
-func (s *idSet) add(id string, h uint64) {
+// when the ring is full, and returns id as a string that stays valid forever. It
+// allocates only when the arena needs a new block.
+func (s *idSet) add(b []byte, h uint64) string {
+	id := s.arena.string(b)
 	if s.n == len(s.ring) {
 		s.remove(int(s.ring[s.next].slot))
 	} else {
@@ -66,6 +70,7 @@ func (s *idSet) add(id string, h uint64) {
 	if s.next++; s.next == len(s.ring) {
 		s.next = 0
 	}
+	return id
 }
 
 // remove empties slot i and shifts later entries of its probe run back into the hole.

@@ -27,7 +27,7 @@ func TestIDSetEqualsNewestN(t *testing.T) {
 				t.Fatalf("lookup(%q) = %v, want %v (newest %v)", id, got, want, accepted[max(0, len(accepted)-size):])
 			}
 			if !got {
-				s.add(id, h)
+				s.add([]byte(id), h)
 				accepted = append(accepted, id)
 			}
 			// Every slot in use points at a ring entry that points back.

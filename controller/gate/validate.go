@@ -33,6 +33,7 @@ type validator struct {
 	members [3]member
 	n       int  // members recorded
 	high    bool // a string holds a byte >= 0x80: check the line's UTF-8
+	sc      scanState
 }
 
 // ws skips JSON whitespace; most tokens have none before them, so test once inline.
@@ -43,8 +44,19 @@ func ws(b []byte, i int) int {
 	return i
 }
 
-// object validates b (a line without its newline).
+// object validates b (a line without its newline). A line of up to smallLine bytes is
+// tried with the structural scan first, where vectors make it pay; any line it does not
+// show valid, and every longer line, gets check.
 func (v *validator) object(b []byte) int {
+	if classifyFast && len(b) <= smallLine && v.scan(b) {
+		return vOK
+	}
+	return v.check(b)
+}
+
+// check validates b token by token, skipping string bodies with strSkip: the verdict
+// and the reason for every line, and the fast path for long ones.
+func (v *validator) check(b []byte) int {
 	var (
 		i, depth, res int
 		esc           bool

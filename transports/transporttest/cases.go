@@ -102,12 +102,12 @@ func testHostEnv(t *testing.T, s *suite) {
 	t.Setenv("KENNEL_TT_HOST", v)
 	ss := s.start(t, tr, s.spec(t))
 	ss.hello(t, s.bundle)
-	got := ss.value(t, "import os\nos.environ.get('KENNEL_TT_HOST')")
+	got := ss.value(t, "import os\nstr(os.environ.get('KENNEL_TT_HOST'))")
 	if tr.Capabilities().HostEnv {
 		if got != "'"+v+"'" {
 			t.Errorf("host variable in the kernel: %s, want '%s'", got, v)
 		}
-	} else if got != "None" {
+	} else if got != "'None'" {
 		t.Errorf("host variable leaked into the kernel of a transport without HostEnv: %s", got)
 	}
 }

@@ -88,12 +88,13 @@ func (k *Kernel) watch(stderrCopied chan struct{}) {
 			break
 		}
 	}
+	killed := k.killCalled.Load()
 	k.mu.Lock()
 	k.exited = true
 	k.mu.Unlock()
 	werr := k.cmd.Wait()
 	close(k.exitSeen)
-	k.exit = exitOf(k.cmd.ProcessState, k.killCalled.Load())
+	k.exit = exitOf(k.cmd.ProcessState, killed)
 	var ee *exec.ExitError
 	if werr != nil && !errors.As(werr, &ee) {
 		k.err = fmt.Errorf("wrapped kernel %d: %w", k.pid, werr)
@@ -102,8 +103,8 @@ func (k *Kernel) watch(stderrCopied chan struct{}) {
 
 	// What still holds stdout or stderr is in the sandbox, out of reach: give it
 	// DrainGrace, then end both for the reader (the bytes already in the pipe are still
-	// read first).
-	cut := time.AfterFunc(k.drainGrace, func() {
+	// read first). The timer is never stopped: it also ends stdout, whoever reads it.
+	time.AfterFunc(k.drainGrace, func() {
 		k.stdout.cut()
 		if k.stderr != nil {
 			k.stderr.cut()
@@ -112,7 +113,6 @@ func (k *Kernel) watch(stderrCopied chan struct{}) {
 	if stderrCopied != nil {
 		<-stderrCopied
 	}
-	_ = cut // the timer also ends stdout, whoever reads it, so it is never stopped
 	close(k.finished)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -254,9 +255,7 @@ func withoutKey(env []string, key string) []string {
 
 // launch starts argv in its own process group with the host's environment, its stdin
 // and stdout as pipes, and sends preamble before any frame.
-func launch(argv []string, preamble []byte, stderr interface {
-	Write([]byte) (int, error)
-}, opts Options) (*Kernel, error) {
+func launch(argv []string, preamble []byte, stderr io.Writer, opts Options) (*Kernel, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err

@@ -96,17 +96,24 @@ class Drainer:
 
     def __init__(self, pipes):
         self._pipes = {pipe._fd: pipe for pipe in pipes}
+        self._locks = [pipe._lock for pipe in pipes]
         self._poller = select.poll()
         for fd in self._pipes:
             self._poller.register(fd, select.POLLIN)
 
     def drain(self, owner):
-        ready = {fd for fd, _ in self._poller.poll(0)}
+        ready = self._poller.poll(0)
+        if not ready:
+            # A reader thread may be forwarding what it read: wait until it is out.
+            for lock in self._locks:
+                lock.acquire()
+                lock.release()
+            return
+        ready = {fd for fd, _ in ready}
         for fd, pipe in self._pipes.items():
             if fd in ready:
                 pipe.drain(owner)
             else:
-                # A reader thread may be forwarding what it read: wait until it is out.
                 with pipe._lock:
                     pass
 

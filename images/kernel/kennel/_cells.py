@@ -57,7 +57,7 @@ class Executor:
     def __init__(self, namespace, stub_dir):
         self.namespace = namespace
         self._stub_prefix = os.path.join(stub_dir, "")
-        self._sources = collections.OrderedDict()
+        self._sources = collections.deque()  # filenames in linecache, oldest first
 
     def run(self, cell_id, code):
         """Run one cell and return its Outcome. Never raises, except KeyboardInterrupt
@@ -128,9 +128,8 @@ class Executor:
             self._strip(sub, seen)
 
     def _remember(self, filename, code):
+        sources = self._sources
+        if len(sources) >= _KEEP_SOURCES:
+            linecache.cache.pop(sources.popleft(), None)
+        sources.append(filename)
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        self._sources[filename] = None
-        self._sources.move_to_end(filename)
-        while len(self._sources) > _KEEP_SOURCES:
-            old, _ = self._sources.popitem(last=False)
-            linecache.cache.pop(old, None)

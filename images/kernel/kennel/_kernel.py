@@ -22,7 +22,19 @@ import kennel
 from kennel import _capture, _cells, _frames, _host, _jobs, _lifetime, _reader
 
 
-_decode = json.JSONDecoder().decode
+_decoder = json.JSONDecoder()
+_raw_decode = _decoder.raw_decode
+
+
+def _decode(text):
+    """json.loads of one frame: raw_decode, then only whitespace may follow."""
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:
+        return _decoder.decode(text)  # leading whitespace, or a real error
+    if end != len(text) and text[end:].strip(" \t\r\n"):
+        return _decoder.decode(text)  # raises "Extra data"
+    return value
 
 # How long a cell runs before the reader thread takes over reading host frames.
 _READER_TICK_MS = 20
@@ -184,6 +196,8 @@ class Kernel:
     def pump_once(self):
         """Main thread: wait for host frames or a wake, and dispatch what came. A
         KeyboardInterrupt for the running cell may end the wait, never a read."""
+        source = self.source
+        seen = source.reads
         for fd, _ in self._main_poller.poll():
             if fd == self._main_wake_r:
                 _drain(fd)
@@ -191,7 +205,7 @@ class Kernel:
             self.critical += 1
             try:
                 with self._read_lock:
-                    alive = self.source.pump()
+                    alive = source.pump(ready=source.reads == seen)
             finally:
                 self.critical -= 1
             if not alive:

@@ -28,13 +28,19 @@ class Source:
         self._buf = bytearray()
         self._skipping = False
         self.eof = False
+        # Reads so far; lets a reader skip the poll before its first read (see pump).
+        self.reads = 0
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
 
-    def pump(self):
+    def pump(self, ready=False):
         """Read what stdin holds now and dispatch every complete line. The caller holds
-        the source's lock. Returns False once stdin has ended."""
-        while not self.eof and self._poller.poll(0):
+        the source's lock. ``ready`` says stdin is known to hold data: the caller's poll
+        said so after it saw ``reads`` at a value it still has (no read since). Returns
+        False once stdin has ended."""
+        while not self.eof and (ready or self._poller.poll(0)):
+            ready = False
+            self.reads += 1
             try:
                 data = os.read(self.fd, _READ)
             except InterruptedError:
@@ -55,6 +61,9 @@ class Source:
 
     def _feed(self, data):
         buf = self._buf
+        if not buf and not self._skipping and data.find(b"\n") == len(data) - 1:
+            self._one(data)  # the common case: exactly one whole frame
+            return
         buf += data
         start = 0
         while True:
@@ -70,8 +79,9 @@ class Source:
         del buf[:start]
         if len(buf) > _frames.LINE_LIMIT:
             buf.clear()
-            self._skipping = True
-            self._log("error", "a host frame over %d bytes was dropped" % _frames.LINE_LIMIT)
+            if not self._skipping:
+                self._skipping = True
+                self._log("error", "a host frame over %d bytes was dropped" % _frames.LINE_LIMIT)
 
     def _one(self, line):
         if len(line) > _frames.LINE_LIMIT:
