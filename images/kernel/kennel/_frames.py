@@ -30,6 +30,20 @@ def _encode_value(value):
     return _encode_any(value)
 
 
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (named there only from Python 3.10)
+
+
+def widen_pipe(fd):
+    """Grow the pipe behind fd to 1 MiB (the unprivileged default maximum) so large frames
+    and fast job output move in few large writes and reads; best effort (fd may be no pipe)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
+    except (OSError, ImportError):
+        pass
+
+
 def encode(event, frame_id, fields=()):
     """Return the frame as bytes: ``event``, ``id``, then ``fields`` ((key, value) pairs).
 

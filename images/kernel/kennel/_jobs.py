@@ -7,7 +7,7 @@ the process has been reaped and either both pipes reached end of file, or the jo
 killed and its process group is empty (a process outside the group may hold a pipe).
 """
 
-import base64
+from binascii import b2a_base64 as _b64
 import os
 import select
 import signal
@@ -15,7 +15,10 @@ import subprocess
 import threading
 import time
 
-_READ = 1 << 16
+from kennel import _frames
+
+_READ = 1 << 20
+
 _TICK_MS = 50
 
 
@@ -95,6 +98,8 @@ class Jobs:
                     close_fds=True,
                     bufsize=0,
                 )
+                _frames.widen_pipe(proc.stdout.fileno())
+                _frames.widen_pipe(proc.stderr.fileno())
             except (OSError, ValueError) as exc:
                 writer.log("error", "job_run %r: cannot start: %s" % (job_id, exc))
                 writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
@@ -172,6 +177,12 @@ class Jobs:
         writer = self._kernel.writer
         proc = job.proc
         pipes = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        # Each pipe's frame head is built once; a chunk is then one base64 call and one
+        # join: {"event":"job_output","id":ID,"name":NAME,"data":"<base64>"}
+        heads = {
+            fd: _frames.encode("job_output", job.id, (("name", name),))[:-2] + b',"data":"'
+            for fd, name in pipes.items()
+        }
         poller = select.poll()
         for fd in pipes:
             poller.register(fd, select.POLLIN)
@@ -192,11 +203,7 @@ class Jobs:
                 if name is not None:
                     data = os.read(fd, _READ)
                     if data:
-                        writer.frame(
-                            "job_output",
-                            job.id,
-                            (("name", name), ("data", base64.b64encode(data).decode("ascii"))),
-                        )
+                        writer.write(b"".join((heads[fd], _b64(data, newline=False), b'"}\n')))
                     else:
                         poller.unregister(fd)
                         del pipes[fd]

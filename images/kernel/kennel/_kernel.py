@@ -56,6 +56,7 @@ class Kernel:
         self.pending_interrupt = False
         self.interrupt_target = None
         self.writer = _frames.Writer(boot.frames_out, self)
+        _frames.widen_pipe(boot.frames_out)
         # Cells to run, (id, code), in arrival order; None ends the main loop. Appended
         # by whichever thread dispatches; popped by the main thread only.
         self.cells = collections.deque()
