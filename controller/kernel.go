@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/controller/gate"
@@ -104,15 +105,15 @@ func (kc *kernelConn) read() {
 		kc.fail(fmt.Errorf("%w: %w", ErrKernelExited, fault))
 		go func() { _ = kc.kill(context.Background()) }()
 	} else if err != nil {
-		kc.fail(fmt.Errorf("%w: reading frames: %w", ErrKernelExited, err))
+		kc.fail(kc.withOOM(fmt.Errorf("%w: reading frames: %w", ErrKernelExited, err)))
 	} else {
-		kc.fail(ErrKernelExited)
+		kc.fail(kc.withOOM(ErrKernelExited))
 	}
 	// Reap the process; report how it ended.
 	exit, werr := kc.k.Wait()
 	if s := kc.s; s.opts.OnKernelEnd != nil {
 		cause := kc.endErr()
-		if exit.OOM {
+		if exit.OOM && !errors.Is(cause, ErrOOM) {
 			cause = fmt.Errorf("%w: %w", cause, ErrOOM)
 		}
 		if werr != nil {
@@ -124,6 +125,31 @@ func (kc *kernelConn) read() {
 
 // ErrOOM: the sandbox's memory limit ended the kernel.
 var ErrOOM = errors.New("kernel killed by the memory limit (OOM)")
+
+// oomWait bounds how long a kernel whose stdout ended is waited for, to tell whether the
+// memory limit ended it, before the work in flight fails.
+const oomWait = 2 * time.Second
+
+// withOOM returns err, joined with ErrOOM when the kernel (whose stdout has ended) was
+// ended by the sandbox's memory limit, so a cell in flight fails with a typed OOM error
+// rather than a generic exit. It waits for the kernel's exit at most oomWait.
+func (kc *kernelConn) withOOM(err error) error {
+	ch := make(chan transports.Exit, 1)
+	go func() {
+		exit, _ := kc.k.Wait()
+		ch <- exit
+	}()
+	t := time.NewTimer(oomWait)
+	defer t.Stop()
+	select {
+	case exit := <-ch:
+		if exit.OOM {
+			return fmt.Errorf("%w: %w", err, ErrOOM)
+		}
+	case <-t.C:
+	}
+	return err
+}
 
 // fail ends the generation with err (the first call wins): every cell in flight fails with
 // it, every shell job it runs ends (unknown end, err as the cause), and host requests in

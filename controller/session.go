@@ -52,6 +52,10 @@ type Options struct {
 	Transport transports.Transport
 	// Dir is the session's working directory on the host: it must exist and be a directory.
 	Dir string
+	// RemoteDir reports that Dir is a path on the kernel's own host (a remote workspace
+	// "[user@]host:/path" of the ssh transport), not on this machine: Start does not check
+	// it here; the transport and the remote file handlers do.
+	RemoteDir bool
 	// SandboxDir is the working directory inside the sandbox (Dir mapped by the path map).
 	// Empty means Dir itself (an identity map).
 	SandboxDir string
@@ -106,7 +110,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if opts.Transport == nil {
 		return nil, errors.New("start session: no transport")
 	}
-	if err := CheckWorkingDir(opts.Dir); err != nil {
+	if opts.RemoteDir && opts.Dir == "" {
+		return nil, ErrNoWorkingDir
+	}
+	if err := CheckWorkingDir(opts.Dir); !opts.RemoteDir && err != nil {
 		return nil, err
 	}
 	if opts.SandboxDir == "" {

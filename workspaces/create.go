@@ -35,6 +35,11 @@ type CreateOptions struct {
 	// Progress, when not nil, is called from another goroutine every 100 ms or so while
 	// files are copied, and once at the end. It must not block.
 	Progress func(Progress)
+	// Sweeper, when not nil, removes in the background the trash that earlier hand-backs
+	// under the same state directory left (a process that ended before its removal
+	// did); Sweeper.Wait waits for it and returns its errors. Nil: Create removes it
+	// before it returns, and a leftover it cannot remove stays for a later sweep.
+	Sweeper *Sweeper
 }
 
 // Progress says how far a Create or HandBack is.
@@ -123,6 +128,7 @@ func Create(ctx context.Context, parent string, opts CreateOptions) (*CreateResu
 		removeTree(dir)
 		return nil, fmt.Errorf("create workspace %s: %w", parent, err)
 	}
+	sweepLeftovers(ctx, dir, opts.Sweeper) // errors: from opts.Sweeper.Wait, else a later sweep
 	return res, nil
 }
 

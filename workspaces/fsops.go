@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -298,41 +297,6 @@ func writeAtomic(name string, data []byte, durable bool) error {
 	if d, err := os.Open(filepath.Dir(name)); err == nil {
 		d.Sync()
 		d.Close()
-	}
-	return nil
-}
-
-// removeTree removes the tree at p, its top-level entries by several goroutines at once,
-// making its directories writable first if a plain removal is refused (a copy keeps
-// read-only directory modes).
-func removeTree(p string) error {
-	if entries, err := os.ReadDir(p); err == nil && len(entries) > 1 {
-		work := make(chan string)
-		var wg sync.WaitGroup
-		for range min(8, len(entries)) {
-			wg.Go(func() {
-				for q := range work {
-					os.RemoveAll(q)
-				}
-			})
-		}
-		for _, e := range entries {
-			work <- filepath.Join(p, e.Name())
-		}
-		close(work)
-		wg.Wait()
-	}
-	if err := os.RemoveAll(p); err == nil {
-		return nil
-	}
-	filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(q, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(p); err != nil {
-		return fmt.Errorf("remove %s: %w", p, err)
 	}
 	return nil
 }

@@ -19,10 +19,18 @@ type HandBackOptions struct {
 	// exists, never after. Nil: the caller has stopped the child already.
 	Stop func(ctx context.Context) error
 	// Step, when not nil, is called before and after every change a hand-back makes to
-	// the parent and before its record ("save <path>", "remove <path>", "removed <path>",
-	// "rename <path>", "renamed <path>", "record"). An error it returns ends the run at
-	// once, as a crash there would: a test hook for cut hand-backs.
+	// the parent, before its record, and before each step that retires the workspace
+	// after the record ("save <path>", "remove <path>", "removed <path>", "rename <path>",
+	// "renamed <path>", "record", "trash base", "trash work", "link work"). An error it
+	// returns ends the run at once, as a crash there would: a test hook for cut
+	// hand-backs.
 	Step func(name string) error
+	// Sweeper, when not nil, removes the base and the child's copy in the background once
+	// they are in the workspace's trash/ (and any trash earlier hand-backs under the same
+	// state directory left): HandBack returns as soon as its record is written and the
+	// child's directory is a link, and Sweeper.Wait waits for the removal. Nil: HandBack
+	// removes them before it returns.
+	Sweeper *Sweeper
 	// Progress, when not nil, is called from another goroutine every 100 ms or so, and once
 	// at the end. It must not block.
 	Progress func(Progress)
@@ -75,8 +83,12 @@ type Conflict struct {
 // ".<name>.kennel-handback" (the same name in every run, so a rerun removes a copy a crash
 // left), a removal by one unlink; the child's version of each conflict is saved under
 // conflicts/. The record, handback.json (written atomically), ends the hand-back; then
-// the base and the child's copy are removed and the child's directory becomes a symlink
-// to the parent.
+// the base and the child's copy are moved into the workspace's trash/ (one rename each),
+// the child's directory becomes a symlink to the parent, and trash/ is removed: before
+// HandBack returns, or in the background with opts.Sweeper. A process that ends before
+// that removal leaves trash/ (never a half-removed base), and the next Create or HandBack
+// under the same state directory removes it; HandBack also removes such leftovers before
+// it starts.
 //
 // A hand-back cut anywhere (a crash, an error) reruns from the start to the same parent
 // tree and record. A call after the record returns the recorded outcome (Repeat set) and
@@ -94,9 +106,10 @@ func HandBack(ctx context.Context, dir string, opts HandBackOptions) (*Outcome, 
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return nil, fmt.Errorf("hand back %s: lock: %w", ws.Dir, err)
 	}
+	sweepLeftovers(ctx, ws.Dir, opts.Sweeper) // errors: from opts.Sweeper.Wait, else a later sweep
 	if out, err := readRecord(ws); err == nil {
 		out.Repeat = true
-		if err := finish(ws); err != nil {
+		if err := retire(ctx, ws, &opts); err != nil {
 			return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
 		}
 		return out, nil
@@ -112,7 +125,7 @@ func HandBack(ctx context.Context, dir string, opts HandBackOptions) (*Outcome, 
 	if err != nil {
 		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
 	}
-	if err := finish(ws); err != nil {
+	if err := retire(ctx, ws, &opts); err != nil {
 		return nil, fmt.Errorf("hand back %s: %w", ws.Dir, err)
 	}
 	return out, nil
@@ -210,33 +223,58 @@ func readRecord(ws *Workspace) (*Outcome, error) {
 	return &out, nil
 }
 
-// finish removes the base, the manifest and the child's copy, and makes the child's
-// directory a symlink to the parent. Each step is idempotent, so a finish cut by a crash
-// is completed by the next call.
-func finish(ws *Workspace) error {
-	if err := removeTree(ws.Base()); err != nil {
+// retire ends a recorded hand-back: the base and the child's copy go into trash/ with one
+// rename each, the child's directory becomes a symlink to the parent, the manifest goes,
+// and trash/ is removed (by opts.Sweeper in the background, else now). Each step is
+// idempotent, so a retire cut by a crash is completed by the next call; a crash leaves
+// the base either in place or in trash/, never half removed.
+func retire(ctx context.Context, ws *Workspace, opts *HandBackOptions) error {
+	step := func(name string) error {
+		if opts.Step == nil {
+			return nil
+		}
+		if err := opts.Step(name); err != nil {
+			return fmt.Errorf("step %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := step("trash base"); err != nil {
+		return err
+	}
+	if err := toTrash(ws, baseName); err != nil {
 		return err
 	}
 	work := ws.Path()
+	linked := false
 	if st, err := os.Lstat(work); err == nil && st.Mode()&fs.ModeSymlink != 0 {
-		if target, err := os.Readlink(work); err == nil && target == ws.Parent {
-			return removeIfExists(filepath.Join(ws.Dir, manifestName))
+		target, err := os.Readlink(work)
+		linked = err == nil && target == ws.Parent
+	}
+	if !linked {
+		if err := step("trash work"); err != nil {
+			return err
+		}
+		if err := toTrash(ws, workName); err != nil {
+			return err
+		}
+		if err := step("link work"); err != nil {
+			return err
+		}
+		tmp := work + ".link"
+		if err := removeIfExists(tmp); err != nil {
+			return err
+		}
+		if err := os.Symlink(ws.Parent, tmp); err != nil {
+			return fmt.Errorf("link the child's directory: %w", err)
+		}
+		if err := os.Rename(tmp, work); err != nil {
+			return fmt.Errorf("link the child's directory: %w", err)
 		}
 	}
-	if err := removeTree(work); err != nil {
+	if err := removeIfExists(filepath.Join(ws.Dir, manifestName)); err != nil {
 		return err
 	}
-	tmp := work + ".link"
-	if err := removeIfExists(tmp); err != nil {
-		return err
-	}
-	if err := os.Symlink(ws.Parent, tmp); err != nil {
-		return fmt.Errorf("link the child's directory: %w", err)
-	}
-	if err := os.Rename(tmp, work); err != nil {
-		return fmt.Errorf("link the child's directory: %w", err)
-	}
-	return removeIfExists(filepath.Join(ws.Dir, manifestName))
+	return opts.Sweeper.removeTrash(ctx, filepath.Join(ws.Dir, trashName), true)
 }
 
 // removeIfExists removes the file or empty directory name; a missing one is no error.

@@ -112,7 +112,7 @@ func checkHandBack(t tb, st *staged, out *Outcome) {
 	if target, err := os.Readlink(st.ws.Path()); err != nil || target != st.ws.Parent {
 		t.Fatalf("the child's directory is not a link to the parent: %q %v", target, err)
 	}
-	for _, gone := range []string{st.ws.Base(), filepath.Join(st.ws.Dir, manifestName)} {
+	for _, gone := range []string{st.ws.Base(), filepath.Join(st.ws.Dir, manifestName), filepath.Join(st.ws.Dir, trashName)} {
 		if _, err := os.Lstat(gone); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%s is still there after the hand-back", gone)
 		}
@@ -184,9 +184,11 @@ func normalRecord(t tb, st *staged) string {
 }
 
 // TestHandBackCutAtEveryStep cuts a hand-back at each of its steps in turn (before and
-// after each rename and removal, each save, before the record), reruns it, and checks the
-// parent, the conflicts and the record equal those of an uncut run, every time; the child
-// is stopped once per run and never after the record.
+// after each rename and removal, each save, before the record, and before each step that
+// moves the base and the copy to trash/ and links the child's directory), checks the base
+// and the copy are whole (in place or in trash/), reruns it, and checks the parent, the
+// conflicts and the record equal those of an uncut run, every time; the child is stopped
+// once per run and never after the record.
 func TestHandBackCutAtEveryStep(t *testing.T) {
 	scenarios := []scenario{{
 		base:   tree(t, "file a=1", "file b=1", "file c=1", "file d/x=1", "file d/y=1", "link l->a", "file keep=1", "file t=1"),
@@ -218,9 +220,11 @@ func cutEverywhere(t *testing.T, sc scenario) {
 		t.Fatalf("stopped %d times", stops)
 	}
 	wantTree, wantRecord := readTree(t, uncut.parentDir), normalRecord(t, uncut)
-	if steps[len(steps)-1] != "record" {
-		t.Fatalf("last step %q, want record", steps[len(steps)-1])
+	retireSteps := []string{"record", "trash base", "trash work", "link work"}
+	if len(steps) < len(retireSteps) || !slices.Equal(steps[len(steps)-len(retireSteps):], retireSteps) {
+		t.Fatalf("steps end %q, want %q", steps, retireSteps)
 	}
+	recordAt := len(steps) - len(retireSteps)
 	for cut := range steps {
 		st := stage(t, t.TempDir(), sc)
 		stops := 0
@@ -239,9 +243,25 @@ func cutEverywhere(t *testing.T, sc scenario) {
 		if !errors.Is(err, errCut) {
 			t.Fatalf("cut at %q: error %v, want the cut", steps[cut], err)
 		}
-		// A cut hand-back leaves the copy where it was.
-		if _, err := os.Stat(filepath.Join(st.ws.Path())); err != nil {
-			t.Fatalf("cut at %q: the copy is gone: %v", steps[cut], err)
+		// A cut hand-back leaves the copy where it was until the record; after it, the
+		// base and the copy are whole, in place or in trash/.
+		if cut <= recordAt {
+			if _, err := os.Stat(st.ws.Path()); err != nil {
+				t.Fatalf("cut at %q: the copy is gone: %v", steps[cut], err)
+			}
+		}
+		trash := filepath.Join(st.ws.Dir, trashName)
+		for _, c := range []struct {
+			name string
+			want Listing
+		}{{baseName, private(st.copied)}, {workName, st.child}} {
+			where := filepath.Join(st.ws.Dir, c.name)
+			if fi, err := os.Lstat(where); err != nil || !fi.IsDir() {
+				where = filepath.Join(trash, c.name)
+			}
+			if got := readTree(t, where); !maps.Equal(got, c.want) {
+				t.Fatalf("cut at %q: %s holds %v, want %v", steps[cut], where, got, c.want)
+			}
 		}
 		out, err := HandBack(ctx, st.ws.Path(), HandBackOptions{NoSync: true, Stop: stop})
 		if err != nil {
@@ -254,12 +274,18 @@ func cutEverywhere(t *testing.T, sc scenario) {
 			t.Fatalf("cut at %q: record\n%s\nuncut\n%s", steps[cut], got, wantRecord)
 		}
 		checkHandBack(t, &staged{ws: st.ws, parentDir: st.parentDir, copied: st.copied, parent: st.parent, child: st.child}, out)
-		if stops != 2 {
-			t.Fatalf("cut at %q: stopped %d times, want 2", steps[cut], stops)
+		// Until the record exists every run stops the child; after it none does, and
+		// the rerun returns the record.
+		wantStops := 2
+		if cut > recordAt {
+			wantStops = 1
+		}
+		if stops != wantStops || out.Repeat != (cut > recordAt) {
+			t.Fatalf("cut at %q: stopped %d times (want %d), repeat %v", steps[cut], stops, wantStops, out.Repeat)
 		}
 		// A repeat after the record: the recorded outcome, no stop.
 		again, err := HandBack(ctx, st.ws.Dir, HandBackOptions{Stop: stop})
-		if err != nil || !again.Repeat || stops != 2 {
+		if err != nil || !again.Repeat || stops != wantStops {
 			t.Fatalf("repeat: %v repeat=%v stops=%d", err, again != nil && again.Repeat, stops)
 		}
 		if !slices.Equal(again.Taken, out.Taken) || !slices.Equal(conflictsOf(again), conflictsOf(out)) {

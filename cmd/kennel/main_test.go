@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/reaper"
+	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
 
 // envRunMain makes the test binary run kennel's main: the tests exec it as the real
@@ -157,5 +158,42 @@ func TestVersionNamesProtocolAndBundle(t *testing.T) {
 	out, _, code := runKennel(t, "", "version")
 	if code != 0 || !strings.Contains(out, "protocol 1") || !strings.Contains(out, "stub bundle ") {
 		t.Fatalf("exit %d, stdout %q", code, out)
+	}
+}
+
+// TestRunOverSSH runs `kennel run --ssh` against a real sshd on loopback: the cell runs on
+// the "remote" host in its home, and kennel.fs.* reaches the remote files over SFTP, with
+// escapes refused.
+func TestRunOverSSH(t *testing.T) {
+	srv := sshtest.Start(t)
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{srv.ConfigFile: "config", srv.KnownHosts: "known_hosts"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, ".ssh", dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(srv.Home, "remote.txt"), []byte("on the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := kennelCmd(t, t.TempDir(), "run", "--ssh", sshtest.Alias,
+		"-c", "import os, kennel\nprint(os.getcwd())",
+		"-c", "print(kennel.fs.read('remote.txt')['content'], end='')",
+		"-c", "try:\n    kennel.fs.read('/etc/passwd')\nexcept kennel.HostError as e:\n    print(e.code)")
+	cmd.Env = append(cmd.Env, "HOME="+home, "SSH_AUTH_SOCK=")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kennel run --ssh: %v\nstderr: %s", err, errb.String())
+	}
+	want := srv.Home + "\non the host\noutside\n"
+	if out.String() != want {
+		t.Fatalf("stdout %q, want %q (stderr %s)", out.String(), want, errb.String())
 	}
 }

@@ -12,6 +12,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd())
+	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd())
 	return root
 }

@@ -28,6 +28,8 @@ type runFlags struct {
 	noTruncate bool          // --no-truncate: print every byte of a --sh job
 	// transportArgv (--transport-argv) runs the kernel under this wrapper for this run.
 	transportArgv string
+	// ssh (--ssh [user@]host[:port]) runs the kernel on that host; -C is then a remote path.
+	ssh string
 }
 
 func newRunCmd() *cobra.Command {
@@ -73,6 +75,7 @@ Ctrl-C kills the job's process group and kennel exits 130.`,
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log the controller's diagnostics to stderr")
 	cmd.Flags().StringVar(&f.sh, "sh", "", "run this shell command (/bin/sh -c) in the sandbox as a job instead of cells")
 	cmd.Flags().DurationVar(&f.budget, "budget", 0, "with --sh: detach the job after this long, say so and keep waiting (0: never)")
+	cmd.Flags().StringVar(&f.ssh, "ssh", "", "run the kernel on this host over ssh ([user@]host[:port]); -C names the remote working directory (default: the remote home)")
 	cmd.Flags().StringVar(&f.transportArgv, "transport-argv", "", "run the kernel under this wrapper for this run ('docker exec -i box' or a JSON array)")
 	cmd.Flags().BoolVar(&f.noTruncate, "no-truncate", false, "with --sh: print every byte of the job's output (truncation off)")
 	return cmd
@@ -132,6 +135,9 @@ func splitCells(text string) []string {
 // --transport-argv) name, local by default; end it with the returned func, which closes
 // the session and releases its path map.
 func startSession(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
+	if f.ssh != "" {
+		return startRemote(ctx, f, truncation, stderr)
+	}
 	dir := f.dir
 	if dir == "" {
 		wd, err := os.Getwd()
@@ -323,4 +329,41 @@ func jobExit(end jobs.End) error {
 		return &exitError{code: 128 + end.Signal}
 	}
 	return &exitError{code: 1, msg: "the job's end is unknown"}
+}
+
+// startRemote starts a session whose kernel and files live on the --ssh host.
+func startRemote(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
+	level := slog.LevelWarn
+	if f.debug {
+		level = slog.LevelDebug
+	}
+	r, err := startSSH(ctx, f.ssh, f.dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	bundle, err := images.Stub()
+	if err != nil {
+		r.release()
+		return nil, nil, err
+	}
+	s, err := controller.Start(ctx, controller.Options{
+		Transport:  r.transport,
+		Dir:        r.dir,
+		RemoteDir:  true,
+		SandboxDir: r.dir,
+		Bundle:     bundle.Hash(),
+		Handler:    r.handler,
+		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Truncation: truncation,
+	})
+	if err != nil {
+		r.release()
+		return nil, nil, err
+	}
+	return s, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+		r.release()
+	}, nil
 }

@@ -57,18 +57,22 @@ directory of more than 100,000 files is refused: share it instead.`,
 			}
 			bar := newProgressBar(cmd.ErrOrStderr())
 			defer bar.done()
+			var sweeper workspaces.Sweeper
 			res, err := workspaces.Create(cmd.Context(), args[0], workspaces.CreateOptions{
 				State:    state,
 				ID:       id,
 				Logger:   slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 				Progress: bar.update,
+				Sweeper:  &sweeper,
 			})
 			if err != nil {
+				sweeper.Wait(cmd.Context())
 				return err
 			}
 			bar.done()
 			fmt.Fprintln(cmd.OutOrStdout(), res.Path())
-			return nil
+			// Trash that earlier hand-backs left goes before the process does.
+			return sweeper.Wait(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultStateDir(), "kennel's state directory")
@@ -85,17 +89,31 @@ func newWorkspaceHandbackCmd() *cobra.Command {
 back into the parent, path by path: a path only the child changed is taken, one both
 changed differently is a conflict (the parent's content stays, the child's is saved
 under the workspace's conflicts/). Stop whatever runs in CHILD first: without a daemon
-nothing stops it for you. A second handback prints the recorded outcome.`,
+nothing stops it for you. A second handback prints the recorded outcome. The outcome
+is printed as soon as it is recorded; the base and the copy are then removed before
+the command exits (if it is killed first, the next create or handback removes them).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bar := newProgressBar(cmd.ErrOrStderr())
 			defer bar.done()
-			out, err := workspaces.HandBack(cmd.Context(), args[0], workspaces.HandBackOptions{Progress: bar.update})
+			var sweeper workspaces.Sweeper
+			out, err := workspaces.HandBack(cmd.Context(), args[0], workspaces.HandBackOptions{Progress: bar.update, Sweeper: &sweeper})
 			if err != nil {
+				sweeper.Wait(cmd.Context())
 				return err
 			}
 			bar.done()
-			return printOutcome(cmd.OutOrStdout(), out, asJSON)
+			// The outcome first; the removal of the base and the copy runs meanwhile and
+			// is waited for before the process ends (one that is killed leaves trash/
+			// for the next create or handback to remove).
+			if err := printOutcome(cmd.OutOrStdout(), out, asJSON); err != nil {
+				sweeper.Wait(cmd.Context())
+				return err
+			}
+			if err := sweeper.Wait(cmd.Context()); err != nil {
+				return fmt.Errorf("workspace handback: the outcome is recorded; removing the copy: %w", err)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")

@@ -31,38 +31,41 @@ GLOBL classOp<>(SB), RODATA|NOPTR, $1
 DATA classWS<>+0(SB)/1, $0x18
 GLOBL classWS<>(SB), RODATA|NOPTR, $1
 
-// HALF classifies the 32 bytes at off(SI) and stores the six 32-bit masks at off/2(DI)
-// plus 0, 8, 16, 24, 32, 40: quote, backslash, op, ws, ctl, high (blockMasks' order).
-#define HALF(off, moff) \
-	VMOVDQU   off(SI), Y0       \
-	VPSRLW    $4, Y0, Y1        \
-	VPAND     Y12, Y1, Y1       \
-	VPAND     Y12, Y0, Y2       \
-	VPSHUFB   Y2, Y10, Y3       \
-	VPSHUFB   Y1, Y11, Y4       \
-	VPAND     Y3, Y4, Y3        \
-	VPCMPEQB  Y13, Y0, Y4       \
-	VPMOVMSKB Y4, AX            \
-	MOVL      AX, (moff+0)(DI)  \
-	VPCMPEQB  Y14, Y0, Y4       \
-	VPMOVMSKB Y4, AX            \
-	MOVL      AX, (moff+8)(DI)  \
-	VPAND     Y9, Y3, Y4        \
-	VPCMPEQB  Y7, Y4, Y4        \
-	VPMOVMSKB Y4, AX            \
-	NOTL      AX                \
-	MOVL      AX, (moff+16)(DI) \
-	VPAND     Y8, Y3, Y4        \
-	VPCMPEQB  Y7, Y4, Y4        \
-	VPMOVMSKB Y4, AX            \
-	NOTL      AX                \
-	MOVL      AX, (moff+24)(DI) \
-	VPMINUB   Y15, Y0, Y4       \
-	VPCMPEQB  Y4, Y0, Y4        \
-	VPMOVMSKB Y4, AX            \
-	MOVL      AX, (moff+32)(DI) \
-	VPMOVMSKB Y0, AX            \
-	MOVL      AX, (moff+40)(DI)
+// CLASS loads the 32 bytes at off(SI) into x and their nibble classes into c (Y1, Y2
+// and Y4 are scratch).
+#define CLASS(off, x, c) \
+	VMOVDQU off(SI), x \
+	VPSRLW  $4, x, Y1  \
+	VPAND   Y12, Y1, Y1 \
+	VPAND   Y12, x, Y2 \
+	VPSHUFB Y2, Y10, c \
+	VPSHUFB Y1, Y11, Y4 \
+	VPAND   c, Y4, c
+
+// EQ sets r to the mask of the bytes of x equal to the bytes of k.
+#define EQ(k, x, r) \
+	VPCMPEQB  k, x, Y4 \
+	VPMOVMSKB Y4, r
+
+// ANY sets r to the mask of the classes c holding a bit of k.
+#define ANY(k, c, r) \
+	VPAND     k, c, Y4 \
+	VPCMPEQB  Y7, Y4, Y4 \
+	VPMOVMSKB Y4, r \
+	NOTL      r
+
+// CTL sets r to the mask of the bytes of x below 0x20.
+#define CTL(x, r) \
+	VPMINUB   Y15, x, Y4 \
+	VPCMPEQB  Y4, x, Y4 \
+	VPMOVMSKB Y4, r
+
+// STORE stores AX | BX<<32 as the 64-bit mask at off(DI): whole words, so that Go's
+// loads of them are forwarded from the stores.
+#define STORE(off) \
+	SHLQ $32, BX \
+	ORQ  BX, AX  \
+	MOVQ AX, off(DI)
 
 // func classifyAVX2(b []byte, out *blockMasks)
 //
@@ -85,8 +88,26 @@ TEXT ·classifyAVX2(SB), NOSPLIT, $0-32
 	JZ           done
 
 loop:
-	HALF(0, 0)
-	HALF(32, 4)
+	CLASS(0, Y0, Y3)
+	CLASS(32, Y5, Y6)
+	EQ(Y13, Y0, AX)
+	EQ(Y13, Y5, BX)
+	STORE(0)
+	EQ(Y14, Y0, AX)
+	EQ(Y14, Y5, BX)
+	STORE(8)
+	ANY(Y9, Y3, AX)
+	ANY(Y9, Y6, BX)
+	STORE(16)
+	ANY(Y8, Y3, AX)
+	ANY(Y8, Y6, BX)
+	STORE(24)
+	CTL(Y0, AX)
+	CTL(Y5, BX)
+	STORE(32)
+	VPMOVMSKB Y0, AX
+	VPMOVMSKB Y5, BX
+	STORE(40)
 	ADDQ $64, SI
 	ADDQ $48, DI
 	DECQ CX

@@ -30,13 +30,21 @@ func TestIDSetEqualsNewestN(t *testing.T) {
 				s.add([]byte(id), h)
 				accepted = append(accepted, id)
 			}
-			// Every slot in use points at a ring entry that points back.
+			// Every slot in use holds its ring entry's hash, and lies in the probe run
+			// from that hash's home: no empty slot between.
 			used := 0
 			for i, sl := range s.slots {
-				if sl.ring != 0 {
-					used++
-					if e := s.ring[sl.ring-1]; int(e.slot) != i || e.h != sl.h {
-						t.Fatalf("slot %d and ring entry %+v disagree", i, e)
+				if sl == 0 {
+					continue
+				}
+				used++
+				e := s.ring[sl&s.idxMask-1]
+				if e.h&^s.idxMask != sl&^s.idxMask {
+					t.Fatalf("slot %d (%#x) and ring entry %+v disagree", i, sl, e)
+				}
+				for p := s.home(e.h); p != uint32(i); p = (p + 1) & s.mask {
+					if s.slots[p] == 0 {
+						t.Fatalf("slot %d is not reachable from its home %d", i, s.home(e.h))
 					}
 				}
 			}

@@ -16,22 +16,11 @@ const smallBlocks = smallLine / 64
 // scan allocates nothing.
 type scanState struct {
 	blocks  [smallBlocks]blockMasks
-	quotes  [smallBlocks]uint64 // quotes that open or close a string (not escaped)
-	structs [smallBlocks]uint64 // where the tokens begin (see scan)
-	tail    [64]byte            // the last block, when b's capacity ends before it
+	quotes  [smallBlocks]uint64   // quotes that open or close a string (not escaped)
+	structs [smallBlocks]uint64   // where the tokens begin (see scan)
+	pos     [smallLine + 4]uint16 // where the tokens start, in order
+	tail    [64]byte              // the last block, when b's capacity ends before it
 }
-
-// States of the structural walk: what the next token may be.
-const (
-	stTop        = iota // the line's first token: '{'
-	stFirstKey          // after '{': a key or '}'
-	stKey               // after ',' in an object: a key
-	stColon             // after a key: ':'
-	stValue             // after ':', or after ',' in an array: a value
-	stFirstValue        // after '[': a value or ']'
-	stNext              // after a value: ',' or the container's closer
-	stEnd               // after the top-level object: nothing
-)
 
 // scan is a fast validator for lines of up to smallLine bytes. It reports true when b
 // is one valid JSON object in valid UTF-8 without a decided-on key twice at the top
@@ -67,9 +56,29 @@ func (v *validator) scan(b []byte) bool {
 		classify(s.tail[:], s.blocks[whole/64:nb])
 	}
 
-	// Stage two: strings and token starts, block by block.
-	var inC, escC, scC, high uint64
-	anyEsc := false
+	nt, ok, anyEsc, high := s.tokens(b, nb)
+	if !ok {
+		return false
+	}
+
+	v.n = 0
+	if !v.walk(b, nt, anyEsc) {
+		return false
+	}
+	if high && !utf8.Valid(b) {
+		return false
+	}
+	v.high = high
+	return true
+}
+
+// tokens is the scan's second stage: from the classified blocks of b it finds the
+// strings and, per block, where tokens start (s.structs) and the quotes (s.quotes). It
+// reports false when b cannot be valid: a bad escape, a control byte in a string or
+// out of place, or a string left open. anyEsc reports a backslash; high a byte >= 0x80.
+func (s *scanState) tokens(b []byte, nb int) (nt int, ok, anyEsc, high bool) {
+	n := len(b)
+	var inC, escC, scC, hi uint64
 	for k := range nb {
 		m := s.blocks[k]
 		if k == nb-1 && n&63 != 0 {
@@ -81,7 +90,7 @@ func (v *validator) scan(b []byte) bool {
 			m.high &= valid
 			m.ws |= ^valid // past the end: as if whitespace
 		}
-		high |= m.high
+		hi |= m.high
 		q := m.quote
 		if m.backslash|escC != 0 {
 			anyEsc = true
@@ -90,147 +99,179 @@ func (v *validator) scan(b []byte) bool {
 			for e := esc; e != 0; e &= e - 1 {
 				p := k<<6 | bits.TrailingZeros64(e)
 				if p >= n {
-					return false
+					return 0, false, anyEsc, false
 				}
 				if c := b[p]; !simpleEscape[c] && (c != 'u' || n-p < 5 || hex4(b[p+1:p+5]) < 0) {
-					return false
+					return 0, false, anyEsc, false
 				}
 			}
 		}
 		in := prefixXor(q) ^ inC // inside a string: from its opening quote to before its closing one
 		inC = uint64(int64(in) >> 63)
 		if m.ctl&(in|^m.ws) != 0 { // a control byte in a string, or one that is not whitespace
-			return false
+			return 0, false, anyEsc, false
 		}
 		sc := ^(m.ws | m.op | q | in) // scalar bytes (and stray ones)
-		s.structs[k] = m.op&^in | q&in | sc&^(sc<<1|scC)
-		scC = sc >> 63
 		s.quotes[k] = q
+		// The token starts, listed four at a time whatever their count (simdjson's
+		// way: extra entries are overwritten or ignored), so it rarely branches.
+		t := m.op&^in | q&in | sc&^(sc<<1|scC)
+		base := uint16(k << 6)
+		cnt := bits.OnesCount64(t)
+		for j := nt; j < nt+cnt; j += 4 {
+			pos := s.pos[j : j+4 : j+4]
+			pos[0] = base + uint16(bits.TrailingZeros64(t))
+			t &= t - 1
+			pos[1] = base + uint16(bits.TrailingZeros64(t))
+			t &= t - 1
+			pos[2] = base + uint16(bits.TrailingZeros64(t))
+			t &= t - 1
+			pos[3] = base + uint16(bits.TrailingZeros64(t))
+			t &= t - 1
+		}
+		nt += cnt
+		scC = sc >> 63
 	}
-	if inC != 0 || escC != 0 {
+	return nt, inC == 0 && escC == 0, anyEsc, hi != 0
+}
+
+// walk checks the grammar over the nt token starts in v.sc.pos: one object, and
+// within it each container well formed, closed by its own kind. Each label is a state,
+// named by what may come next; v.obj is the stack of container kinds. At the top level
+// it checks each key (topLevelKey) and records the first members.
+func (v *validator) walk(b []byte, nt int, anyEsc bool) bool {
+	pos := v.sc.pos[:nt]
+	var (
+		i, p, depth int
+		c           byte
+		inObj       bool // the innermost container is an object
+	)
+	v.topKeys = 0
+	if nt == 0 || b[pos[0]] != '{' {
+		return false
+	}
+	v.obj[0] |= 1
+	depth, i, inObj = 1, 1, true
+
+firstKey: // after '{': a key or '}'
+	if i >= nt {
+		return false
+	}
+	p, i = int(pos[i]), i+1
+	switch b[p] {
+	case '"':
+		goto key
+	case '}':
+		goto closed
+	}
+	return false
+
+nextKey: // after ',' in an object: a key
+	if i >= nt {
+		return false
+	}
+	p, i = int(pos[i]), i+1
+	if b[p] != '"' {
 		return false
 	}
 
-	// Stage three: the grammar, token by token.
-	var (
-		st      = stTop
-		depth   int
-		topKeys uint8
-		cur     *member // the top-level member whose value comes next, when recorded
-	)
-	v.n = 0
-	for k := range nb {
-		for t := s.structs[k]; t != 0; t &= t - 1 {
-			p := k<<6 | bits.TrailingZeros64(t)
-			c := b[p]
-			switch st {
-			case stColon:
-				if c != ':' {
-					return false
-				}
-				st = stValue
-				continue
-			case stKey, stFirstKey:
-				if c == '"' {
-					if depth == 1 {
-						e := s.closeQuote(p)
-						esc := anyEsc && bytes.IndexByte(b[p+1:e], '\\') >= 0
-						if key := topKey(b[p+1:e], esc); key != 0 {
-							if topKeys&key != 0 {
-								return false
-							}
-							topKeys |= key
-						}
-						if v.n < len(v.members) {
-							cur = &v.members[v.n]
-							v.n++
-							*cur = member{ks: p + 1, ke: e, kesc: esc}
-						}
-					}
-					st = stColon
-					continue
-				}
-				if c != '}' || st != stFirstKey {
-					return false
-				}
-			case stNext:
-				switch c {
-				case ',':
-					if d := depth - 1; v.obj[d>>6]&(1<<(d&63)) != 0 {
-						st = stKey
-					} else {
-						st = stValue
-					}
-					continue
-				case '}', ']':
-					d := depth - 1
-					if isObj := v.obj[d>>6]&(1<<(d&63)) != 0; isObj != (c == '}') {
-						return false
-					}
-				default:
-					return false
-				}
-			case stValue, stFirstValue, stTop:
-				if cur != nil {
-					if c == '"' {
-						e := s.closeQuote(p)
-						cur.vs, cur.ve, cur.str = p+1, e, true
-						cur.vesc = anyEsc && bytes.IndexByte(b[p+1:e], '\\') >= 0
-					}
-					cur = nil
-				}
-				switch c {
-				case '"':
-					if st == stTop {
-						return false
-					}
-					st = stNext
-					continue
-				case '{', '[':
-					if st == stTop && c == '[' {
-						return false
-					}
-					w, bit := depth>>6, uint64(1)<<(depth&63)
-					if c == '{' {
-						v.obj[w] |= bit
-						st = stFirstKey
-					} else {
-						v.obj[w] &^= bit
-						st = stFirstValue
-					}
-					depth++
-					continue
-				case ']':
-					if st != stFirstValue {
-						return false
-					}
-				case '}', ':', ',':
-					return false
-				default:
-					if st == stTop || !scalar(b, p) {
-						return false
-					}
-					st = stNext
-					continue
-				}
-			default: // stEnd
-				return false
-			}
-			// c closed the innermost container.
-			if depth--; depth == 0 {
-				st = stEnd
-			} else {
-				st = stNext
-			}
+key: // a key opens at p; a ':' must follow
+	if depth == 1 && !v.topLevelKey(b, p, i, nt, anyEsc) {
+		return false
+	}
+	if i >= nt || b[pos[i]] != ':' {
+		return false
+	}
+	i++
+
+value: // a value
+	if i >= nt {
+		return false
+	}
+	p, i = int(pos[i]), i+1
+	switch c = b[p]; c {
+	case '"':
+		goto after
+	case '{', '[':
+		w, bit := depth>>6, uint64(1)<<(depth&63)
+		depth++
+		if inObj = c == '{'; inObj {
+			v.obj[w] |= bit
+			goto firstKey
+		}
+		v.obj[w] &^= bit
+		// after '[': a value or ']'
+		if i < nt && b[pos[i]] == ']' {
+			i++
+			goto closed
+		}
+		goto value
+	case '}', ']', ':', ',':
+		return false
+	}
+	if !scalar(b, p) {
+		return false
+	}
+
+after: // after a value: ',' or the container's closer
+	if i >= nt {
+		return false
+	}
+	p, i = int(pos[i]), i+1
+	switch b[p] {
+	case ',':
+		if inObj {
+			goto nextKey
+		}
+		goto value
+	case '}':
+		if inObj {
+			goto closed
+		}
+	case ']':
+		if !inObj {
+			goto closed
 		}
 	}
-	if st != stEnd {
-		return false
+	return false
+
+closed: // the innermost container closed
+	if depth--; depth == 0 {
+		return i == nt
 	}
-	if high != 0 && !utf8.Valid(b) {
-		return false
+	inObj = v.obj[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
+	goto after
+}
+
+// topLevelKey checks the top-level key whose string opens at p (a decided-on key may
+// come once) and records the member when it is among the first. i indexes the token
+// after the key: the ':' and then the value, whose string is recorded too.
+func (v *validator) topLevelKey(b []byte, p, i, nt int, anyEsc bool) bool {
+	s := &v.sc
+	e := s.closeQuote(p)
+	esc := anyEsc && bytes.IndexByte(b[p+1:e], '\\') >= 0
+	// Only an escaped key or one starting e, i or t can be a decided-on key.
+	if c := b[p+1]; esc || c == 'e' || c == 'i' || c == 't' {
+		if key := topKey(b[p+1:e], esc); key != 0 {
+			if v.topKeys&key != 0 {
+				return false
+			}
+			v.topKeys |= key
+		}
 	}
-	v.high = high != 0
+	if v.n == len(v.members) {
+		return true
+	}
+	m := &v.members[v.n]
+	v.n++
+	m.ks, m.ke, m.kesc, m.str = p+1, e, esc, false
+	if i+1 < nt {
+		if q := int(s.pos[i+1]); b[q] == '"' {
+			e := s.closeQuote(q)
+			m.vs, m.ve, m.str = q+1, e, true
+			m.vesc = anyEsc && bytes.IndexByte(b[q+1:e], '\\') >= 0
+		}
+	}
 	return true
 }
 

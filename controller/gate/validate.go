@@ -31,8 +31,9 @@ type member struct {
 type validator struct {
 	obj     [maxDepth/64 + 1]uint64 // bit d: the container at depth d+1 is an object
 	members [3]member
-	n       int  // members recorded
-	high    bool // a string holds a byte >= 0x80: check the line's UTF-8
+	n       int   // members recorded
+	high    bool  // a string holds a byte >= 0x80: check the line's UTF-8
+	topKeys uint8 // the decided-on keys seen at the top level (scan)
 	sc      scanState
 }
 

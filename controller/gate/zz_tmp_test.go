@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"math/bits"
 	"bytes"
 	"runtime"
 	"syscall"
@@ -31,7 +30,7 @@ func BenchmarkTmpValidate200(b *testing.B) {
 	line := data[:n-1]
 	var v validator
 	tcpu(b, func() {
-		if v.object(line) != vOK {
+		if v.check(line) != vOK {
 			b.Fatal("bad")
 		}
 	})
@@ -43,7 +42,7 @@ func BenchmarkTmpIndexByte200(b *testing.B) {
 }
 func BenchmarkTmpScan(b *testing.B) {
 	data, n := requestFrames(1)
-	line := data[:n-1]
+	line := append(data, make([]byte, 64)...)[:n-1]
 	var v validator
 	tcpu(b, func() {
 		if !v.scan(line) {
@@ -60,41 +59,17 @@ func BenchmarkTmpClassify(b *testing.B) {
 	})
 }
 
-func BenchmarkTmpIterOnly(b *testing.B) {
-	data, n := requestFrames(1)
-	line := data[:n-1]
-	var v validator
-	v.scan(line)
-	sum := 0
-	tcpu(b, func() {
-		for k := range 3 {
-			for t := v.sc.structs[k]; t != 0; t &= t - 1 {
-				p := k<<6 | bits.TrailingZeros64(t)
-				sum += int(line[p])
-			}
-		}
-	})
-}
 
-func BenchmarkTmpStage2Only(b *testing.B) {
+
+func BenchmarkTmpPieces(b *testing.B) {
 	data, n := requestFrames(1)
-	line := data[:n-1]
+	line := append(data, make([]byte, 64)...)[:n-1]
 	var v validator
-	v.scan(line)
-	tcpu(b, func() {
-		var inC, scC uint64
-		for k := range 3 {
-			m := v.sc.blocks[k]
-			q := m.quote
-			in := prefixXor(q) ^ inC
-			inC = uint64(int64(in) >> 63)
-			if m.ctl&(in|^m.ws) != 0 {
-				b.Fatal()
-			}
-			sc := ^(m.ws | m.op | q | in)
-			v.sc.structs[k] = m.op&^in | q&in | sc&^(sc<<1|scC)
-			scC = sc >> 63
-			v.sc.quotes[k] = q
-		}
-	})
+	s := &v.sc
+	b.Run("classify", func(b *testing.B) { tcpu(b, func() { classify(line[:192], s.blocks[:3]) }) })
+	b.Run("tokens", func(b *testing.B) { tcpu(b, func() { s.tokens(line, 3) }) })
+	nt, _, _, _ := s.tokens(line, 3)
+	b.Run("walk", func(b *testing.B) { tcpu(b, func() { v.walk(line, nt, false) }) })
+	b.Run("scan", func(b *testing.B) { tcpu(b, func() { v.scan(line) }) })
+	b.Run("check", func(b *testing.B) { tcpu(b, func() { v.check(line) }) })
 }

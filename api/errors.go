@@ -1,0 +1,59 @@
+package api
+
+import "fmt"
+
+// Code classifies an API error. Clients decide on the code, never on the message.
+type Code string
+
+// The error codes of the API.
+const (
+	// CodeInvalid: the request is malformed (bad JSON, a bad field, a bad id).
+	CodeInvalid Code = "invalid"
+	// CodeNotFound: the session, job or child named does not exist.
+	CodeNotFound Code = "not_found"
+	// CodeNoWorkingDir, CodeWorkingDirGone, CodeWorkingDirNotDir: a session create named no
+	// working directory, one that does not exist, or one that is not a directory.
+	CodeNoWorkingDir     Code = "no_working_dir"
+	CodeWorkingDirGone   Code = "working_dir_gone"
+	CodeWorkingDirNotDir Code = "working_dir_not_dir"
+	// CodeConflict: the request conflicts with the state (an ended job, a workspace that
+	// exists, a session being closed).
+	CodeConflict Code = "conflict"
+	// CodeUnconfirmed: a job stop whose end was not confirmed within the stop's wait. The
+	// outcome is unknown; read the job before trying again (stops are never retried).
+	CodeUnconfirmed Code = "unconfirmed"
+	// CodeUnavailable: the kernel could not be started or is gone.
+	CodeUnavailable Code = "unavailable"
+	// CodeOutputRefused: a page read the retained output cannot answer whole (see
+	// ErrorBody.Use for a read that works).
+	CodeOutputRefused Code = "output_refused"
+	// CodeInternal: anything else.
+	CodeInternal Code = "internal"
+)
+
+// ErrorBody is the JSON body of every error reply: {"error": {...}}.
+type ErrorBody struct {
+	Error Error `json:"error"`
+}
+
+// Error is an API error: a code, a message for people, and for refused output reads the
+// read that works instead.
+type Error struct {
+	// Status is the HTTP status of the reply (not sent in the body).
+	Status int `json:"-"`
+	// Code is the error's class.
+	Code Code `json:"code"`
+	// Message describes the error for people.
+	Message string `json:"message"`
+	// Use is, for CodeOutputRefused, a page read that works; nil when none does.
+	Use *Span `json:"use,omitempty"`
+}
+
+// Error reads "CODE: MESSAGE".
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Span is a byte range of a job's output.
+type Span struct {
+	Offset int64 `json:"offset"`
+	Limit  int64 `json:"limit"`
+}

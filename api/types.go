@@ -1,0 +1,249 @@
+package api
+
+import "encoding/json"
+
+// MediaNDJSON is the Accept value that asks POST /sessions/{id}/cells to stream the cell's
+// output as newline-delimited JSON Events while it runs.
+const MediaNDJSON = "application/x-ndjson"
+
+// HeaderIdempotencyKey makes a retried POST /sessions return the session the first
+// request with the same key created, instead of a second session.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
+// CreateSession is the body of POST /sessions.
+type CreateSession struct {
+	// Cwd is the session's working directory on the daemon's host: it must exist and be a
+	// directory. Required.
+	Cwd string `json:"cwd"`
+	// Transport says where the kernel runs. Nil: the daemon's default (kennel serve reads
+	// the kernelTransport setting of the project at Cwd; local when none).
+	Transport *Transport `json:"transport,omitempty"`
+	// Limits bound the session's output. Nil: the defaults.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Transport names a kernel transport and its parameters.
+type Transport struct {
+	// Kind is "local" or "wrapped".
+	Kind string `json:"kind"`
+	// ArgvPrefix is the wrapper command of a wrapped transport.
+	ArgvPrefix []string `json:"argv_prefix,omitempty"`
+	// Python is the interpreter inside the sandbox ("" : python3).
+	Python string `json:"python,omitempty"`
+	// PathMap lists the shared mounts; empty maps Cwd to itself.
+	PathMap []Mount `json:"path_map,omitempty"`
+}
+
+// Mount is one host directory seen inside the sandbox.
+type Mount struct {
+	Sandbox  string `json:"sandbox"`
+	Host     string `json:"host"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// Limits bound what a session's cells and jobs report.
+type Limits struct {
+	// Off keeps every byte (truncation off); the other fields are then ignored.
+	Off bool `json:"off,omitempty"`
+	// Bytes and Lines bound the kept window; zero means the default (50 KiB, 2000 lines).
+	Bytes int64 `json:"bytes,omitempty"`
+	Lines int64 `json:"lines,omitempty"`
+	// Keep is "head" (default) or "tail".
+	Keep string `json:"keep,omitempty"`
+}
+
+// Session describes a session (POST /sessions, GET /sessions, GET /sessions/{id}).
+type Session struct {
+	ID  string `json:"id"`
+	Cwd string `json:"cwd"`
+	// CreatedAt is Unix milliseconds.
+	CreatedAt int64 `json:"created_at"`
+	// Parent is the parent session's id for a child session, else "".
+	Parent string `json:"parent,omitempty"`
+	// Workspace is the child's isolated workspace directory, for a child session.
+	Workspace string `json:"workspace,omitempty"`
+	// Kernel is the kernel observation, read without starting a kernel.
+	Kernel Kernel `json:"kernel"`
+}
+
+// Kernel is what a session shows of its kernel and background jobs. Every field is null
+// when unknown.
+type Kernel struct {
+	// State is "running" (a kernel said hello), "idle" (no kernel now; the next cell
+	// starts one) or "closed".
+	State *string `json:"state"`
+	// Transport is the kernel's transport kind.
+	Transport *string `json:"transport"`
+	// PID is the kernel's pid as its hello reported it.
+	PID *int `json:"pid"`
+	// LiveJobCount counts every live job.
+	LiveJobCount *int `json:"live_job_count"`
+	// RunningJobs lists up to 100 live jobs by id.
+	RunningJobs []RunningJob `json:"running_jobs"`
+}
+
+// RunningJob is one live job of an observation.
+type RunningJob struct {
+	ID  string `json:"id"`
+	PID *int   `json:"pid"`
+	// Command is at most 4096 Unicode scalars.
+	Command string `json:"command"`
+	// StartedAt is Unix milliseconds, 0 when unknown.
+	StartedAt int64 `json:"started_at"`
+}
+
+// SessionList is the body of GET /sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// RunCell is the body of POST /sessions/{id}/cells.
+type RunCell struct {
+	Code string `json:"code"`
+	// BudgetMS is how long the request waits for the cell before it detaches and answers
+	// with the job id. Nil: 60 s. Zero or less: detach at once.
+	BudgetMS *int64 `json:"budget_ms,omitempty"`
+}
+
+// CellReply is the outcome of a cell: settled (Cell or Error set) or detached (Job to
+// wait on, stop, or read the output of).
+type CellReply struct {
+	// State is "settled" or "detached".
+	State string `json:"state"`
+	// Job is the id of the job that tracks the cell.
+	Job string `json:"job"`
+	// Cell is how the cell ended, when it settled with its own end.
+	Cell *Cell `json:"cell,omitempty"`
+	// Error says why a settled cell ended without its own end (its kernel ended).
+	Error *Error `json:"error,omitempty"`
+	// Output is the cell's output so far, bounded by the session's limits.
+	Output Output `json:"output"`
+}
+
+// Cell is how a cell ended.
+type Cell struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	// Result is the repr of the final expression, or null.
+	Result *string `json:"result"`
+	// Exception is the exception of a cell with status "error".
+	Exception *Exception `json:"exception,omitempty"`
+}
+
+// Exception is a cell's Python exception.
+type Exception struct {
+	Name      string `json:"ename"`
+	Value     string `json:"evalue"`
+	Traceback string `json:"traceback"`
+}
+
+// Output is a bounded output: the kept window and what was dropped.
+type Output struct {
+	// Text is the kept window, decoded as UTF-8 (bad bytes become U+FFFD).
+	Text         string `json:"text"`
+	TotalBytes   int64  `json:"total_bytes"`
+	TotalLines   int64  `json:"total_lines"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+	DroppedLines int64  `json:"dropped_lines"`
+	// Notice is the truncation notice, "" when nothing was dropped.
+	Notice string `json:"notice,omitempty"`
+}
+
+// Event is one line of a streamed cell reply (Accept: application/x-ndjson). Type is
+// "stream" (Name, Text), "display" (Data), "dropped" (Bytes of output the stream could
+// not keep up with; the final Output still has them), or "result" (Result, the last
+// line).
+type Event struct {
+	Type   string          `json:"type"`
+	Name   string          `json:"name,omitempty"`
+	Text   string          `json:"text,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Bytes  int64           `json:"bytes,omitempty"`
+	Result *CellReply      `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// RunJob is the body of POST /sessions/{id}/jobs: a shell command run as a job.
+type RunJob struct {
+	Command string `json:"command"`
+}
+
+// Job is one job of a session (GET /sessions/{id}/jobs).
+type Job struct {
+	ID      string `json:"id"`
+	Command string `json:"command"`
+	PID     *int   `json:"pid"`
+	// StartedAt is Unix milliseconds.
+	StartedAt int64 `json:"started_at"`
+	// State is "running" or "ended".
+	State string `json:"state"`
+	// End is how the job ended, nil while it runs.
+	End *JobEnd `json:"end"`
+}
+
+// JobEnd is how a job ended.
+type JobEnd struct {
+	ExitCode *int `json:"exit_code"`
+	Signal   *int `json:"signal"`
+	Killed   bool `json:"killed"`
+	// Text reads "exit 0", "signal 9 (killed)", "unknown".
+	Text string `json:"text"`
+}
+
+// JobList is the body of GET /sessions/{id}/jobs.
+type JobList struct {
+	Jobs []Job `json:"jobs"`
+}
+
+// OutputPage is one page of a job's output (GET /sessions/{id}/jobs/{job}/output).
+type OutputPage struct {
+	Offset int64 `json:"offset"`
+	// Data is the exact bytes (base64 in JSON).
+	Data []byte `json:"data"`
+	// Seen is how many bytes had been written when the page was read.
+	Seen int64 `json:"seen"`
+	// EOF: the job ended and the page reaches its last byte. More: the job still runs and
+	// a later read at Offset+len(Data) may return more.
+	EOF  bool `json:"eof"`
+	More bool `json:"more"`
+}
+
+// StopReply is the body of a confirmed POST /sessions/{id}/jobs/{job}/stop.
+type StopReply struct {
+	Job Job `json:"job"`
+}
+
+// CreateChild is the body of POST /sessions/{id}/children.
+type CreateChild struct {
+	// ID names the child's workspace ([A-Za-z0-9._-], 1 to 64 bytes); "" picks one.
+	ID string `json:"id,omitempty"`
+	// Limits bound the child session's output; nil: the parent's.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Child is a child session in its isolated workspace.
+type Child struct {
+	Session Session `json:"session"`
+	// WorkspaceID and WorkspaceDir name the workspace; the child's cwd is its copy.
+	WorkspaceID  string `json:"workspace_id"`
+	WorkspaceDir string `json:"workspace_dir"`
+	Files        int    `json:"files"`
+}
+
+// HandBack is the outcome of POST /sessions/{id}/children/{child}/handback.
+type HandBack struct {
+	ID        string     `json:"id"`
+	Parent    string     `json:"parent"`
+	Unchanged int        `json:"unchanged"`
+	Taken     []string   `json:"taken"`
+	Removed   []string   `json:"removed"`
+	Conflicts []Conflict `json:"conflicts"`
+	Repeat    bool       `json:"repeat"`
+}
+
+// Conflict is one path where the parent's entry was kept.
+type Conflict struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	Saved  string `json:"saved,omitempty"`
+}

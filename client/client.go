@@ -1,0 +1,286 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+)
+
+// ErrNoDaemon: nothing answers on the socket (no daemon runs there).
+var ErrNoDaemon = errors.New("no kennel daemon answers")
+
+// Client talks to one daemon. It is safe for concurrent use and keeps connections alive
+// between calls.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// New returns a client of the daemon at socket. It connects on the first call.
+func New(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, fmt.Errorf("%w at %s: %w", ErrNoDaemon, socket, err)
+			}
+			return c, nil
+		},
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// request makes an API request; a reply of another status than want is decoded as an
+// *api.Error. out, when non-nil, receives the JSON body.
+func (c *Client) request(ctx context.Context, method, path string, hdr http.Header, in, out any, want ...int) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://kennel"+path, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if !statusIn(resp.StatusCode, want) {
+		return decodeError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if s, ok := out.(*string); ok {
+		b, err := io.ReadAll(resp.Body)
+		*s = string(b)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode reply: %w", method, path, err)
+	}
+	return nil
+}
+
+func statusIn(s int, want []int) bool {
+	for _, w := range want {
+		if s == w {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeError reads an error reply as an *api.Error.
+func decodeError(resp *http.Response) error {
+	var eb api.ErrorBody
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err := json.Unmarshal(b, &eb); err != nil || eb.Error.Code == "" {
+		return &api.Error{Status: resp.StatusCode, Code: api.CodeInternal, Message: fmt.Sprintf("HTTP %d: %.200s", resp.StatusCode, b)}
+	}
+	e := eb.Error
+	e.Status = resp.StatusCode
+	return &e
+}
+
+// CreateOptions are the per-call options of CreateSession.
+type CreateOptions struct {
+	// IdempotencyKey, when set, makes a retried create return the session the first
+	// create with the same key made.
+	IdempotencyKey string
+}
+
+// CreateSession starts a session.
+func (c *Client) CreateSession(ctx context.Context, req api.CreateSession, opts CreateOptions) (*api.Session, error) {
+	var hdr http.Header
+	if opts.IdempotencyKey != "" {
+		hdr = http.Header{api.HeaderIdempotencyKey: {opts.IdempotencyKey}}
+	}
+	var s api.Session
+	if err := c.request(ctx, "POST", "/sessions", hdr, req, &s, http.StatusCreated, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Sessions lists the daemon's sessions.
+func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
+	var l api.SessionList
+	if err := c.request(ctx, "GET", "/sessions", nil, nil, &l, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return l.Sessions, nil
+}
+
+// Session returns one session and its kernel observation (starting no kernel).
+func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
+	var s api.Session
+	if err := c.request(ctx, "GET", "/sessions/"+url.PathEscape(id), nil, nil, &s, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DeleteSession ends a session.
+func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	return c.request(ctx, "DELETE", "/sessions/"+url.PathEscape(id), nil, nil, nil, http.StatusNoContent)
+}
+
+// RunCell runs a cell and returns its reply (settled or detached).
+func (c *Client) RunCell(ctx context.Context, id string, req api.RunCell) (*api.CellReply, error) {
+	var r api.CellReply
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/cells", nil, req, &r, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// StreamCell runs a cell with its output streamed: each stream, display and dropped
+// event goes to onEvent as it arrives (on the calling goroutine), and the final reply is
+// returned.
+func (c *Client) StreamCell(ctx context.Context, id string, req api.RunCell, onEvent func(api.Event)) (*api.CellReply, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	path := "/sessions/" + url.PathEscape(id) + "/cells"
+	hreq, err := http.NewRequestWithContext(ctx, "POST", "http://kennel"+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", api.MediaNDJSON)
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, decodeError(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	for sc.Scan() {
+		var ev api.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("POST %s: bad event: %w", path, err)
+		}
+		switch ev.Type {
+		case "result":
+			if ev.Result == nil {
+				return nil, fmt.Errorf("POST %s: result event without a result", path)
+			}
+			return ev.Result, nil
+		case "error":
+			if ev.Error == nil {
+				return nil, fmt.Errorf("POST %s: error event without an error", path)
+			}
+			return nil, ev.Error
+		default:
+			if onEvent != nil {
+				onEvent(ev)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("POST %s: %w", path, err)
+	}
+	return nil, fmt.Errorf("POST %s: the stream ended without a result", path)
+}
+
+// RunJob starts a shell command as a job.
+func (c *Client) RunJob(ctx context.Context, id, command string) (*api.Job, error) {
+	var j api.Job
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/jobs", nil, api.RunJob{Command: command}, &j, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Jobs lists a session's jobs.
+func (c *Client) Jobs(ctx context.Context, id string) ([]api.Job, error) {
+	var l api.JobList
+	if err := c.request(ctx, "GET", "/sessions/"+url.PathEscape(id)+"/jobs", nil, nil, &l, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return l.Jobs, nil
+}
+
+// Output reads one page of a job's output: limit bytes from offset (at most 64 KiB; a
+// page the retained output cannot answer whole is refused, with a read that works in
+// the error's Use).
+func (c *Client) Output(ctx context.Context, id, job string, offset, limit int64) (*api.OutputPage, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}, "limit": {strconv.FormatInt(limit, 10)}}
+	var p api.OutputPage
+	path := "/sessions/" + url.PathEscape(id) + "/jobs/" + url.PathEscape(job) + "/output?" + q.Encode()
+	if err := c.request(ctx, "GET", path, nil, nil, &p, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// StopJob stops a job once and returns it ended; api.CodeUnconfirmed when its end was not
+// confirmed in time (read the job before trying again).
+func (c *Client) StopJob(ctx context.Context, id, job string) (*api.Job, error) {
+	var r api.StopReply
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/jobs/"+url.PathEscape(job)+"/stop", nil, nil, &r, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &r.Job, nil
+}
+
+// CreateChild makes an isolated workspace of session id's directory and a child session
+// in it.
+func (c *Client) CreateChild(ctx context.Context, id string, req api.CreateChild) (*api.Child, error) {
+	var ch api.Child
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/children", nil, req, &ch, http.StatusCreated); err != nil {
+		return nil, err
+	}
+	return &ch, nil
+}
+
+// HandBack ends child and brings its changes back into session id's directory.
+func (c *Client) HandBack(ctx context.Context, id, child string) (*api.HandBack, error) {
+	var hb api.HandBack
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/children/"+url.PathEscape(child)+"/handback", nil, nil, &hb, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &hb, nil
+}
+
+// Metrics returns the daemon's metrics in Prometheus text format.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var s string
+	err := c.request(ctx, "GET", "/metrics", nil, nil, &s, http.StatusOK)
+	return s, err
+}

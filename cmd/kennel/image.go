@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/moby/moby/client"
+	"github.com/spf13/cobra"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+)
+
+// newImageCmd is `kennel image build|check`: the Docker transport's kernel image.
+func newImageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build or check the Docker kernel image (offline, no registry)",
+	}
+	var o kernelimage.BuildOptions
+	var mirror, suite, cache string
+	build := &cobra.Command{
+		Use:   "build",
+		Short: "Build the kernel image through the Docker Engine API, with no registry",
+		Long: `Build the kernel image kennel run --docker uses: kennel-kernel:<stub hash>.
+
+Nothing is pulled. When the base image (kennel-base:bookworm) is missing, a Debian root
+file system is made with debootstrap --variant=minbase --include=python3 from the mirror
+apt is configured with (needs root; about a minute), cached as a tarball in
+/var/cache/kennel, and imported. Then Dockerfile.kernel is built on it with the stub
+copied in. An image that is already current is kept: running it again does nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Rootfs = kernelimage.RootfsOptions{Mirror: mirror, Suite: suite, CacheDir: cache}
+			o.Log = cmd.ErrOrStderr()
+			return imageBuild(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	build.Flags().BoolVar(&o.Force, "force", false, "rebuild the kernel image even when it is current")
+	build.Flags().StringVar(&o.Ref, "tag", "", "the kernel image's tag (default kennel-kernel:<stub hash first 12>)")
+	build.Flags().StringVar(&o.Base, "base", "", "the base image's tag (default "+kernelimage.BaseRef+")")
+	build.Flags().StringVar(&mirror, "mirror", "", "the Debian mirror for debootstrap (default: apt's)")
+	build.Flags().StringVar(&suite, "suite", "", "the Debian release (default "+kernelimage.DefaultSuite+")")
+	build.Flags().StringVar(&cache, "cache", "", "where the root file system tarball is cached (default "+kernelimage.DefaultCacheDir+")")
+	var tag string
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Say whether the kernel image is present and of this kennel's stub; no network",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return imageCheck(cmd.Context(), tag, cmd.OutOrStdout())
+		},
+	}
+	check.Flags().StringVar(&tag, "tag", "", "the kernel image's tag (default kennel-kernel:<stub hash first 12>)")
+	cmd.AddCommand(build, check)
+	return cmd
+}
+
+func engineClient(ctx context.Context) (*client.Client, error) {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("docker engine: %w: %w", transports.ErrUnavailable, err)
+	}
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine %s: %w: %w", cli.DaemonHost(), transports.ErrUnavailable, err)
+	}
+	return cli, nil
+}
+
+func imageBuild(ctx context.Context, o kernelimage.BuildOptions, stdout io.Writer) error {
+	b, err := images.Stub()
+	if err != nil {
+		return err
+	}
+	cli, err := engineClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	res, err := kernelimage.Build(ctx, cli, b, o)
+	if err != nil {
+		return err
+	}
+	state := "current"
+	if res.KernelBuilt {
+		state = "built"
+	}
+	fmt.Fprintf(stdout, "%s %s %s\n", res.Ref, shortImageID(res.ID), state)
+	return nil
+}
+
+func imageCheck(ctx context.Context, tag string, stdout io.Writer) error {
+	b, err := images.Stub()
+	if err != nil {
+		return err
+	}
+	if tag == "" {
+		tag = kernelimage.KernelRef(b)
+	}
+	cli, err := engineClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	st, err := kernelimage.Check(ctx, cli, tag, b)
+	if err != nil {
+		return &exitError{code: 1, msg: err.Error()}
+	}
+	fmt.Fprintf(stdout, "%s %s current (stub %s)\n", st.Ref, shortImageID(st.ID), st.Want[:12])
+	return nil
+}
+
+// checkImage fails early when the transport's image is missing or stale.
+func checkImage(ctx context.Context, cli client.APIClient, tr *docker.Transport) error {
+	b, err := images.Stub()
+	if err != nil {
+		return err
+	}
+	ref, err := tr.Image()
+	if err != nil {
+		return err
+	}
+	_, err = kernelimage.Check(ctx, cli, ref, b)
+	return err
+}
+
+func shortImageID(id string) string {
+	if len(id) > 19 {
+		return id[7:19]
+	}
+	return id
+}

@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
+)
+
+const (
+	// defaultBudget is how long a cell request waits before the cell detaches.
+	defaultBudget = 60 * time.Second
+	// maxBudget caps a requested budget.
+	maxBudget = 24 * time.Hour
+	// maxCodeBody bounds a cell request's body.
+	maxCodeBody = 64 << 20
+	// maxQueued bounds the streamed output waiting for a slow client; past it output
+	// is counted in a "dropped" event (the final reply still carries the bounded output).
+	maxQueued = 16 << 20
+)
+
+// budgetOf turns a request's budget into a duration.
+func budgetOf(ms *int64) time.Duration {
+	switch {
+	case ms == nil:
+		return defaultBudget
+	case *ms <= 0:
+		return 0
+	case *ms > int64(maxBudget/time.Millisecond):
+		return maxBudget
+	}
+	return time.Duration(*ms) * time.Millisecond
+}
+
+// wantsNDJSON reports whether the request's Accept asks for a stream.
+func wantsNDJSON(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == api.MediaNDJSON {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
+	e, err := s.session(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req api.RunCell
+	if err := readJSON(w, r, maxCodeBody, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	budget := budgetOf(req.BudgetMS)
+	if !wantsNDJSON(r) {
+		jw, err := e.sess.ExecuteWait(r.Context(), req.Code, budget, nil)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.cellReply(e, jw))
+		return
+	}
+	sink := newQueueSink()
+	type result struct {
+		jw  controller.JobWait
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		jw, err := e.sess.ExecuteWait(r.Context(), req.Code, budget, sink)
+		done <- result{jw, err}
+	}()
+	w.Header().Set("Content-Type", api.MediaNDJSON)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	flush := func() bool {
+		for _, ev := range sink.drain() {
+			if enc.Encode(ev) != nil {
+				return false
+			}
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	for {
+		select {
+		case <-sink.ready:
+			flush()
+		case res := <-done:
+			flush()
+			if res.err != nil {
+				_ = enc.Encode(api.Event{Type: "error", Error: toAPI(res.err)})
+			} else {
+				reply := s.cellReply(e, res.jw)
+				_ = enc.Encode(api.Event{Type: "result", Result: &reply})
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return
+		}
+	}
+}
+
+// cellReply turns a cell's wait into its reply, and counts it.
+func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
+	id := jw.Outcome.Job()
+	e.addJob(id)
+	reply := api.CellReply{Job: id.String(), Output: toOutput(jw.Outcome.SoFar())}
+	switch jw.Outcome.(type) {
+	case jobs.Settled:
+		reply.State = "settled"
+		if c := jw.Cell; c != nil {
+			reply.Cell = &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result}
+			if c.Error != nil {
+				reply.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
+			}
+		}
+		if jw.Err != nil {
+			reply.Error = toAPI(jw.Err)
+		}
+		if j, ok := e.sess.Jobs().Job(id); ok {
+			s.account(e, j)
+		}
+	default:
+		reply.State = "detached"
+	}
+	s.metrics.cells.WithLabelValues(reply.State).Inc()
+	return reply
+}
+
+// toOutput is a bounded output's API view.
+func toOutput(r output.Result) api.Output {
+	return api.Output{
+		Text:         strings.ToValidUTF8(string(r.Kept), "\uFFFD"),
+		TotalBytes:   r.TotalBytes,
+		TotalLines:   r.TotalLines,
+		DroppedBytes: r.DroppedBytes,
+		DroppedLines: r.DroppedLines,
+		Notice:       r.Notice(),
+	}
+}
+
+// queueSink queues a cell's output for the streaming reply. The session's reader
+// goroutine calls Stream and Display, so they never block: past maxQueued bytes waiting,
+// output is only counted, and the stream says how much it dropped.
+type queueSink struct {
+	ready chan struct{}
+
+	mu      sync.Mutex
+	events  []api.Event
+	queued  int
+	dropped int64
+}
+
+func newQueueSink() *queueSink { return &queueSink{ready: make(chan struct{}, 1)} }
+
+func (q *queueSink) push(ev api.Event, n int) {
+	q.mu.Lock()
+	if q.queued+n > maxQueued {
+		q.dropped += int64(n)
+	} else {
+		q.events = append(q.events, ev)
+		q.queued += n
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Stream queues text a cell wrote.
+func (q *queueSink) Stream(name, text string) {
+	q.push(api.Event{Type: "stream", Name: name, Text: text}, len(text))
+}
+
+// Display queues a rich value a cell displayed.
+func (q *queueSink) Display(data json.RawMessage) {
+	q.push(api.Event{Type: "display", Data: append(json.RawMessage(nil), data...)}, len(data))
+}
+
+// drain takes the queued events, then a "dropped" event when output was dropped after
+// them (the queue was full).
+func (q *queueSink) drain() []api.Event {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	evs := q.events
+	if q.dropped > 0 {
+		evs = append(evs, api.Event{Type: "dropped", Bytes: q.dropped})
+		q.dropped = 0
+	}
+	q.events, q.queued = nil, 0
+	return evs
+}

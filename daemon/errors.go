@@ -1,0 +1,87 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/workspaces"
+)
+
+// errInvalid is the class of a request the daemon refuses as malformed.
+var errInvalid = errors.New("invalid request")
+
+// errNotFound is the class of a session, job or child that does not exist.
+var errNotFound = errors.New("not found")
+
+// toAPI turns an error into the API's error: the code by class (errors.Is), the status,
+// and the message.
+func toAPI(err error) *api.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	e := &api.Error{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
+	var re *output.ReadError
+	switch {
+	case errors.As(err, &re):
+		e.Status, e.Code = http.StatusRequestedRangeNotSatisfiable, api.CodeOutputRefused
+		if errors.Is(err, output.ErrInvalidRange) || errors.Is(err, output.ErrPageTooLarge) {
+			e.Status = http.StatusBadRequest
+		}
+		if re.Use != nil {
+			e.Use = &api.Span{Offset: re.Use.Offset, Limit: re.Use.Limit}
+		}
+	case errors.Is(err, controller.ErrNoWorkingDir):
+		e.Status, e.Code = http.StatusBadRequest, api.CodeNoWorkingDir
+	case errors.Is(err, controller.ErrWorkingDirGone):
+		e.Status, e.Code = http.StatusBadRequest, api.CodeWorkingDirGone
+	case errors.Is(err, controller.ErrWorkingDirNotDir):
+		e.Status, e.Code = http.StatusBadRequest, api.CodeWorkingDirNotDir
+	case errors.Is(err, errNotFound), errors.Is(err, controller.ErrNoJob):
+		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, errInvalid), errors.Is(err, controller.ErrInvalidCommand),
+		errors.Is(err, output.ErrInvalidLimits), errors.Is(err, jobs.ErrInvalidID),
+		errors.Is(err, workspaces.ErrInvalidID):
+		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
+	case errors.Is(err, jobs.ErrEnded), errors.Is(err, controller.ErrClosed),
+		errors.Is(err, workspaces.ErrExists), errors.Is(err, errShuttingDown),
+		errors.Is(err, workspaces.ErrTooManyFiles):
+		e.Status, e.Code = http.StatusConflict, api.CodeConflict
+	case errors.Is(err, transports.ErrUnavailable), errors.Is(err, controller.ErrKernelExited):
+		e.Status, e.Code = http.StatusServiceUnavailable, api.CodeUnavailable
+	}
+	return e
+}
+
+// writeError writes err as an API error reply.
+func writeError(w http.ResponseWriter, err error) {
+	e := toAPI(err)
+	writeJSON(w, e.Status, api.ErrorBody{Error: *e})
+}
+
+// writeJSON writes v as the JSON body of a reply with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readJSON decodes the request body into v: at most limit bytes, one JSON value, no
+// unknown fields.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: "request body: " + err.Error()}
+	}
+	if dec.More() {
+		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: "request body: more than one JSON value"}
+	}
+	return nil
+}

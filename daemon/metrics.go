@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the daemon's Prometheus metrics, in a registry of its own (no global
+// state).
+type metrics struct {
+	reg          *prometheus.Registry
+	peers        prometheus.Counter
+	hostRequests *prometheus.CounterVec
+	fsRefused    *prometheus.CounterVec
+	conflicts    prometheus.Counter
+	jobBytes     *prometheus.CounterVec
+	cells        *prometheus.CounterVec
+	ended        prometheus.Counter
+	handler      http.Handler
+}
+
+func newMetrics(r *registry) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		peers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kennel_peers_refused_total", Help: "Connections refused because the peer runs as another uid (or its uid could not be read).",
+		}),
+		hostRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kennel_host_requests_total", Help: "Host requests the gate accepted and a handler answered, by type and result (ok or the refusal's code).",
+		}, []string{"type", "result"}),
+		fsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kennel_fs_requests_refused_total", Help: "fs.* host requests refused, by error code.",
+		}, []string{"code"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kennel_handback_conflicts_total", Help: "Paths a hand-back kept the parent's entry for against the child's change.",
+		}),
+		jobBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kennel_job_output_bytes_total", Help: "Bytes of ended jobs' output, kept in their reports or dropped by truncation.",
+		}, []string{"kind"}),
+		cells: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kennel_cells_total", Help: "Cells run through the API, by how the request ended (settled or detached).",
+		}, []string{"state"}),
+		ended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kennel_sessions_ended_total", Help: "Sessions ended (deleted, handed back or shut down).",
+		}),
+	}
+	m.reg.MustRegister(m.peers, m.hostRequests, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
+		&sessionCollector{reg: r})
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+func (m *metrics) peerRefused(int) { m.peers.Inc() }
+func (m *metrics) sessionEnded()   { m.ended.Inc() }
+
+var (
+	descSessions = prometheus.NewDesc("kennel_sessions", "Sessions the daemon owns, by transport.", []string{"transport"}, nil)
+	descKernels  = prometheus.NewDesc("kennel_kernels", "Kernels running now, by transport.", []string{"transport"}, nil)
+)
+
+// sessionCollector reads the sessions and kernels by transport at each scrape.
+type sessionCollector struct{ reg *registry }
+
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSessions
+	ch <- descKernels
+}
+
+func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	sessions, kernels := map[string]int{}, map[string]int{}
+	for _, e := range c.reg.list() {
+		t := e.transport
+		if _, info, ok := e.sess.Kernel(); ok {
+			t = info.Transport
+			kernels[t]++
+		}
+		sessions[t]++
+	}
+	for t, n := range sessions {
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(n), t)
+	}
+	for t, n := range kernels {
+		ch <- prometheus.MustNewConstMetric(descKernels, prometheus.GaugeValue, float64(n), t)
+	}
+}
+
+// countingHandler counts the host requests a session's handler answers.
+type countingHandler struct {
+	h controller.HostHandler
+	m *metrics
+}
+
+func (c countingHandler) Serves(typ string) bool { return c.h.Serves(typ) }
+
+func (c countingHandler) Serve(ctx context.Context, typ string, args json.RawMessage) (any, error) {
+	res, err := c.h.Serve(ctx, typ, args)
+	result := "ok"
+	if err != nil {
+		result = "internal"
+		var coder interface{ Code() string }
+		if errors.As(err, &coder) {
+			result = coder.Code()
+		}
+		if len(typ) > 3 && typ[:3] == "fs." {
+			c.m.fsRefused.WithLabelValues(result).Inc()
+		}
+	}
+	c.m.hostRequests.WithLabelValues(typ, result).Inc()
+	return res, err
+}
+
+// account counts an ended job's kept and dropped bytes once.
+func (s *Server) account(e *entry, j *jobs.Job) {
+	if _, ended := j.End(); !ended || !e.firstAccount(j.ID()) {
+		return
+	}
+	out := j.Snapshot().Output
+	s.metrics.jobBytes.WithLabelValues("kept").Add(float64(out.KeptBytes))
+	s.metrics.jobBytes.WithLabelValues("dropped").Add(float64(out.DroppedBytes))
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	s.metrics.handler.ServeHTTP(w, r)
+}
+

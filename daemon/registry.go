@@ -1,0 +1,185 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
+)
+
+// entry is one session the daemon owns.
+type entry struct {
+	id        string
+	sess      *controller.Session
+	release   func()
+	cwd       string
+	transport string // the kind asked for, for metrics before a kernel runs
+	req       api.CreateSession
+	trunc     output.Truncation
+	created   time.Time
+	parent    string // the parent session of a child
+	wsDir     string // a child's workspace directory
+
+	mu        sync.Mutex
+	jobIDs    []jobs.ID            // jobs started through the API, in order
+	accounted map[jobs.ID]struct{} // ended jobs whose bytes the metrics counted
+	closed    bool
+}
+
+// addJob records a job started through the API.
+func (e *entry) addJob(id jobs.ID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.jobIDs = append(e.jobIDs, id)
+}
+
+// jobList returns the ids of the jobs the session knows: those started through the API
+// and any live one, in id order, without repeats.
+func (e *entry) jobList() []jobs.ID {
+	e.mu.Lock()
+	ids := append([]jobs.ID(nil), e.jobIDs...)
+	e.mu.Unlock()
+	for _, j := range e.sess.Jobs().Live() {
+		ids = append(ids, j.ID())
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	out := ids[:0]
+	for i, id := range ids {
+		if i == 0 || id != ids[i-1] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// firstAccount reports whether the ended job id is counted for the first time.
+func (e *entry) firstAccount(id jobs.ID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.accounted == nil {
+		e.accounted = make(map[jobs.ID]struct{})
+	}
+	if _, ok := e.accounted[id]; ok {
+		return false
+	}
+	e.accounted[id] = struct{}{}
+	return true
+}
+
+// idem is one Idempotency-Key's create: done is closed when it has an outcome.
+type idem struct {
+	done chan struct{}
+	id   string
+	err  error
+}
+
+// registry holds the daemon's sessions and the outcomes of idempotent creates.
+type registry struct {
+	mu       sync.Mutex
+	sessions map[string]*entry
+	keys     map[string]*idem
+	closed   bool
+}
+
+func newRegistry() *registry {
+	return &registry{sessions: make(map[string]*entry), keys: make(map[string]*idem)}
+}
+
+var errShuttingDown = errors.New("the daemon is shutting down")
+
+// add registers e; it refuses once the registry is closed.
+func (r *registry) add(e *entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errShuttingDown
+	}
+	r.sessions[e.id] = e
+	return nil
+}
+
+// get returns the session id.
+func (r *registry) get(id string) (*entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.sessions[id]
+	return e, ok
+}
+
+// take removes and returns the session id: exactly one caller gets it.
+func (r *registry) take(id string) (*entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.sessions[id]
+	if ok {
+		delete(r.sessions, id)
+	}
+	return e, ok
+}
+
+// list returns the sessions ordered by creation time, then id.
+func (r *registry) list() []*entry {
+	r.mu.Lock()
+	out := make([]*entry, 0, len(r.sessions))
+	for _, e := range r.sessions {
+		out = append(out, e)
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool {
+		if !out[a].created.Equal(out[b].created) {
+			return out[a].created.Before(out[b].created)
+		}
+		return out[a].id < out[b].id
+	})
+	return out
+}
+
+// closeAll closes the registry to new sessions and returns every session, removed.
+func (r *registry) closeAll() []*entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	out := make([]*entry, 0, len(r.sessions))
+	for id, e := range r.sessions {
+		out = append(out, e)
+		delete(r.sessions, id)
+	}
+	return out
+}
+
+// once runs create at most once per key at a time: the first caller with key runs it and
+// every concurrent or later caller gets its outcome (a session id). A failed create
+// forgets the key, so a retry creates again.
+func (r *registry) once(ctx context.Context, key string, create func() (string, error)) (string, error) {
+	r.mu.Lock()
+	if in, ok := r.keys[key]; ok {
+		r.mu.Unlock()
+		select {
+		case <-in.done:
+			if in.err != nil {
+				return "", in.err
+			}
+			return in.id, nil
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	}
+	in := &idem{done: make(chan struct{})}
+	r.keys[key] = in
+	r.mu.Unlock()
+
+	in.id, in.err = create()
+	if in.err != nil {
+		r.mu.Lock()
+		delete(r.keys, key)
+		r.mu.Unlock()
+	}
+	close(in.done)
+	return in.id, in.err
+}

@@ -1,0 +1,153 @@
+package docker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Labels every kernel container carries.
+const (
+	// LabelKennel marks a container as kennel's ("1").
+	LabelKennel = "dev.kennel"
+	// LabelSession holds the session id.
+	LabelSession = "dev.kennel.session"
+	// LabelController holds the owning controller's id (Controller.ID).
+	LabelController = "dev.kennel.controller"
+	// LabelHost, LabelBoot, LabelPID and LabelStart describe the owning controller
+	// process: the host's name, its boot id, the pid and the pid's start time in clock
+	// ticks since boot (/proc/PID/stat field 22), which tells a reused pid apart.
+	LabelHost  = "dev.kennel.controller.host"
+	LabelBoot  = "dev.kennel.controller.boot"
+	LabelPID   = "dev.kennel.controller.pid"
+	LabelStart = "dev.kennel.controller.start"
+)
+
+// Controller identifies a controller process: the owner of the containers it starts.
+// Two live controllers never share an identity; a controller that died is told apart
+// from a live process that reuses its pid by the start time.
+type Controller struct {
+	// Host is the host name; Boot the kernel's boot id (/proc/sys/kernel/random/boot_id).
+	Host, Boot string
+	// PID is the controller's process id; Start its start time in clock ticks after
+	// boot.
+	PID   int
+	Start uint64
+}
+
+// ID is the identity as one label value: "host/boot/pid/start".
+func (c Controller) ID() string {
+	return c.Host + "/" + c.Boot + "/" + strconv.Itoa(c.PID) + "/" + strconv.FormatUint(c.Start, 10)
+}
+
+// IsZero reports whether c is the zero value.
+func (c Controller) IsZero() bool { return c == Controller{} }
+
+func (c Controller) labels() map[string]string {
+	return map[string]string{
+		LabelController: c.ID(),
+		LabelHost:       c.Host,
+		LabelBoot:       c.Boot,
+		LabelPID:        strconv.Itoa(c.PID),
+		LabelStart:      strconv.FormatUint(c.Start, 10),
+	}
+}
+
+// controllerFromLabels reads a container's owner back; ok is false when the labels are
+// not a whole identity.
+func controllerFromLabels(l map[string]string) (Controller, bool) {
+	pid, err1 := strconv.Atoi(l[LabelPID])
+	start, err2 := strconv.ParseUint(l[LabelStart], 10, 64)
+	c := Controller{Host: l[LabelHost], Boot: l[LabelBoot], PID: pid, Start: start}
+	if err1 != nil || err2 != nil || c.Host == "" || c.Boot == "" || pid <= 0 || c.ID() != l[LabelController] {
+		return c, false
+	}
+	return c, true
+}
+
+// errNoProc reports a process that does not exist (or whose stat cannot be read).
+var errNoProc = errors.New("no such process")
+
+// Self returns this process's identity.
+func Self() (Controller, error) { return Process(os.Getpid()) }
+
+// Process returns the identity of the live process pid on this host.
+func Process(pid int) (Controller, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return Controller{}, fmt.Errorf("controller identity: %w", err)
+	}
+	boot, err := bootID()
+	if err != nil {
+		return Controller{}, fmt.Errorf("controller identity: %w", err)
+	}
+	start, err := startTime(pid)
+	if err != nil {
+		return Controller{}, fmt.Errorf("controller identity: %w", err)
+	}
+	return Controller{Host: host, Boot: boot, PID: pid, Start: start}, nil
+}
+
+func bootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// startTime reads field 22 of /proc/PID/stat (after the command name, which may hold
+// spaces and parentheses: parsed from the last ')').
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w: %w", pid, errNoProc, err)
+	}
+	return parseStartTime(b)
+}
+
+func parseStartTime(stat []byte) (uint64, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat: no command: %w", errNoProc)
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// f[0] is field 3 (state); field 22 is f[19].
+	if len(f) < 20 {
+		return 0, fmt.Errorf("stat: %d fields: %w", len(f)+2, errNoProc)
+	}
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat start time: %w", errNoProc)
+	}
+	return v, nil
+}
+
+// Alive reports whether the controller c is a live process on this host: same host
+// name and boot, and its pid runs with the same start time. A controller of another
+// host is never judged dead here (ok false): only its own host can tell.
+func (c Controller) Alive(self Controller) (alive, ok bool) {
+	if c.Host != self.Host {
+		return false, false
+	}
+	if c.Boot != self.Boot {
+		return false, true // the machine rebooted since: that process is gone
+	}
+	st, err := startTime(c.PID)
+	if err != nil {
+		return false, true
+	}
+	if st != c.Start {
+		return false, true // the pid was reused
+	}
+	// A zombie is dead for our purpose.
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(c.PID) + "/stat"); err == nil {
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return false, true
+		}
+	}
+	return true, true
+}

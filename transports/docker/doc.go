@@ -1,0 +1,54 @@
+// Package docker runs kernels in Docker containers through the Engine API, locked down
+// for untrusted code: the "docker" transport.
+//
+// It uses the official Engine API client, github.com/moby/moby/client. The older
+// github.com/docker/docker module is frozen (its last tag, v28.5.2+incompatible, is a
+// non-module release); moby split the client and the API types into their own Go modules
+// (moby/moby/client, moby/moby/api), which is where maintenance and releases continue.
+// The client negotiates the API version down to the engine's (1.40 and newer).
+//
+//	cli, err := client.New(client.FromEnv)
+//	if err != nil { ... }
+//	if _, err := docker.Sweep(ctx, cli, docker.SweepOptions{}); err != nil { ... } // at controller start
+//	t, err := docker.New(cli, docker.Options{
+//		Mounts: []pathmap.Mount{{Sandbox: "/work", Host: "/home/me/project"}},
+//	})
+//	if err != nil { ... }
+//	k, err := t.Start(ctx, transports.Spec{SessionID: "s1", Dir: "/work"})
+//	if err != nil { ... } // errors.Is(err, kernelimage.ErrImageMissing): run `kennel image build`
+//	defer k.Kill(context.WithoutCancel(ctx))
+//
+// # Two modes
+//
+// Run mode (the default) starts one container per kernel from the kernel image
+// (images/kernelimage, built offline by `kennel image build`; a session never pulls or
+// builds). The path map's mounts are bind mounts, read-only where the mount is; the
+// working directory is Spec.Dir; the kernel's stdin and stdout are the attached streams,
+// stderr demultiplexed into Spec.Stderr. Exec mode (Options.Container) runs the kernel as
+// an exec in an existing, operator-managed container, the `docker exec -i box` case, the
+// stub sent over stdin; the frames are the same.
+//
+// # Locked down by default
+//
+// Each default is an Options field an operator can loosen: the kernel runs as a non-root
+// uid:gid, the operator's own (so files it writes into a bind mount are the operator's
+// on the host; see Options.User for a root operator); all capabilities dropped;
+// no-new-privileges; a read-only root file system with a tmpfs /tmp; no network; 1 GiB
+// of memory and no swap, one CPU, 256 pids; the engine's init process as pid 1 (it reaps
+// zombies); Docker's default seccomp profile; an optional runtime (runsc).
+//
+// # Lifetime
+//
+// Kill closes the kernel's stdin (the stub shuts down at EOF), waits Options.StdinGrace,
+// stops the container (SIGTERM, then SIGKILL after Options.StopGrace) and the container
+// is removed; Wait returns once it is. A kernel killed by the memory limit reports
+// Exit.OOM, which the controller turns into its typed ErrOOM.
+//
+// Every container is labelled as kennel's (LabelKennel), with its session (LabelSession)
+// and its controller: host name, boot id, pid and the pid's start time (Controller). A
+// controller killed with SIGKILL cannot remove its containers; their kernels end when
+// the attach connection closes (stdin EOF), and the next controller's Sweep removes
+// them, because their controller's pid no longer runs with that start time. Two live
+// controllers never remove each other's containers, and containers of a controller on
+// another host are left to that host.
+package docker

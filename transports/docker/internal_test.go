@@ -1,0 +1,198 @@
+package docker
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/pathmap"
+)
+
+// DefaultUser never yields root and keeps a non-root operator's own ids.
+func TestDefaultUserProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		uid := rapid.IntRange(0, 70000).Draw(t, "uid")
+		gid := rapid.IntRange(0, 70000).Draw(t, "gid")
+		ou := rapid.IntRange(0, 70000).Draw(t, "ownerUID")
+		og := rapid.IntRange(0, 70000).Draw(t, "ownerGID")
+		ok := rapid.Bool().Draw(t, "ownerKnown")
+		got := DefaultUser(uid, gid, func() (int, int, bool) { return ou, og, ok })
+		u, _, _ := strings.Cut(got, ":")
+		if u == "0" {
+			t.Fatalf("DefaultUser(%d, %d) = %q: root", uid, gid, got)
+		}
+		switch {
+		case uid != 0:
+			if got != fmt.Sprintf("%d:%d", uid, gid) {
+				t.Fatalf("operator %d:%d got %q", uid, gid, got)
+			}
+		case ok && ou != 0:
+			if got != fmt.Sprintf("%d:%d", ou, og) {
+				t.Fatalf("root operator, owner %d:%d, got %q", ou, og, got)
+			}
+		default:
+			if got != FallbackUser {
+				t.Fatalf("root operator, root owner, got %q", got)
+			}
+		}
+	})
+}
+
+// kernelEnv keeps one entry per key, the last one given, in first-seen order.
+func TestKernelEnvProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		key := rapid.SampledFrom([]string{"A", "B", "PATH", "HOME", "KENNEL_KERNEL_OWNER"})
+		gen := rapid.Custom(func(t *rapid.T) string {
+			return key.Draw(t, "k") + "=" + rapid.StringMatching(`[a-z=]{0,4}`).Draw(t, "v")
+		})
+		defaults := rapid.SliceOf(gen).Draw(t, "defaults")
+		extra := rapid.SliceOf(gen).Draw(t, "extra")
+		got := kernelEnv(defaults, extra)
+		last := map[string]string{}
+		for _, kv := range append(append([]string(nil), defaults...), extra...) {
+			k, _, _ := strings.Cut(kv, "=")
+			last[k] = kv
+		}
+		seen := map[string]bool{}
+		for _, kv := range got {
+			k, _, _ := strings.Cut(kv, "=")
+			if seen[k] {
+				t.Fatalf("key %s twice in %q", k, got)
+			}
+			seen[k] = true
+			if last[k] != kv {
+				t.Fatalf("key %s: %q, want the last %q", k, kv, last[k])
+			}
+		}
+		if len(seen) != len(last) {
+			t.Fatalf("keys %v, want %v", seen, last)
+		}
+	})
+}
+
+// Labels written for a controller read back as the same controller; a label set that
+// was tampered with is not a whole identity.
+func TestControllerLabelsRoundTrip(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		c := Controller{
+			Host:  rapid.StringMatching(`[a-z0-9.-]{1,20}`).Draw(t, "host"),
+			Boot:  rapid.StringMatching(`[0-9a-f-]{1,36}`).Draw(t, "boot"),
+			PID:   rapid.IntRange(1, 1<<22).Draw(t, "pid"),
+			Start: rapid.Uint64().Draw(t, "start"),
+		}
+		got, ok := controllerFromLabels(c.labels())
+		if !ok || got != c {
+			t.Fatalf("round trip of %+v: %+v, %v", c, got, ok)
+		}
+		l := c.labels()
+		l[LabelPID] = fmt.Sprint(c.PID + 1)
+		if _, ok := controllerFromLabels(l); ok {
+			t.Fatalf("a pid label that disagrees with the id was accepted")
+		}
+	})
+}
+
+// The sweep's verdicts: own sessions unless kept; dead controllers of this host (gone
+// pid, reused pid, other boot); never a live controller's or another host's.
+func TestSweepable(t *testing.T) {
+	self, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, err := Process(os.Getppid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := self
+	dead.PID = 1 << 22 // beyond pid_max's default: never a live pid
+	reused := parent
+	reused.Start++
+	rebooted := parent
+	rebooted.Boot = "another-boot"
+	other := dead
+	other.Host = self.Host + "-elsewhere"
+	lbl := func(c Controller, session string) map[string]string {
+		l := c.labels()
+		l[LabelKennel], l[LabelSession] = "1", session
+		return l
+	}
+	keep := func(s string) bool { return s == "kept" }
+	cases := []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{"own session not kept", lbl(self, "gone"), true},
+		{"own session kept", lbl(self, "kept"), false},
+		{"live controller", lbl(parent, "s"), false},
+		{"dead pid", lbl(dead, "s"), true},
+		{"reused pid", lbl(reused, "s"), true},
+		{"host rebooted", lbl(rebooted, "s"), true},
+		{"another host", lbl(other, "s"), false},
+		{"no owner labels", map[string]string{LabelKennel: "1"}, false},
+	}
+	for _, c := range cases {
+		if got := sweepable(c.labels, SweepOptions{Self: self, Keep: keep}); got != c.want {
+			t.Errorf("%s: sweepable %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestParseStartTime(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skip(err)
+	}
+	if _, err := parseStartTime(b); err != nil {
+		t.Fatal(err)
+	}
+	// A command name with spaces and parentheses.
+	stat := "123 (a) b) (c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20 21"
+	if v, err := parseStartTime([]byte(stat)); err != nil || v != 4242 {
+		t.Fatalf("start %d, %v; want 4242", v, err)
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 -1"} {
+		if _, err := parseStartTime([]byte(bad)); err == nil {
+			t.Errorf("parseStartTime(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseStartTime(f *testing.F) {
+	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 1 2"))
+	f.Add([]byte("9 ((((x)) R"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = parseStartTime(b)
+	})
+}
+
+// hostDirOf maps through the deepest mount only, and not through a mere name prefix.
+func TestHostDirOf(t *testing.T) {
+	ms := []pathmap.Mount{{Sandbox: "/work", Host: "/h/w"}, {Sandbox: "/work/sub", Host: "/h/s"}}
+	for dir, want := range map[string]string{"/work": "/h/w", "/work/a/b": "/h/w/a/b", "/work/sub/x": "/h/s/x", "/workshop": "", "/": ""} {
+		got, ok := hostDirOf(ms, dir)
+		if !ok {
+			got = ""
+		}
+		if got != want {
+			t.Errorf("hostDirOf(%q) = %q, want %q", dir, got, want)
+		}
+	}
+}
+
+// Options that cannot work are refused before anything runs.
+func TestOptionsRefused(t *testing.T) {
+	for _, o := range []Options{
+		{Mounts: []pathmap.Mount{{Sandbox: "work", Host: "/h"}}},
+		{Mounts: []pathmap.Mount{{Sandbox: "/w", Host: "/h,ro"}}},
+		{Network: "host"},
+		{Network: "container:abc"},
+	} {
+		if err := o.check(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}

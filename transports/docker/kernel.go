@@ -1,0 +1,179 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Kernel is a kernel running in a container (run mode) or as an exec (exec mode). It is
+// single use and safe for concurrent use; see transports.Kernel.
+type Kernel struct {
+	info   transports.Info
+	conn   client.HijackedResponse
+	stdin  *stdinConn
+	stdout *io.PipeReader
+
+	demuxDone chan struct{} // closed when the attached stream has been read to its end
+	done      chan struct{} // closed when exit and err are set
+	exit      transports.Exit
+	err       error
+
+	killed     atomic.Bool
+	killOnce   sync.Once
+	stdinGrace time.Duration
+	// escalate is the mode's stage after the stdin grace: stop the container, or signal
+	// the exec's process. It returns when that stage has run (not when the end is seen).
+	escalate func(ctx context.Context)
+}
+
+var _ transports.Kernel = (*Kernel)(nil)
+
+// newKernel wires the attached stream: stdin writes go to conn, the multiplexed output is
+// split into the stdout pipe and stderr (nil: discarded).
+func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Writer, stdinGrace time.Duration) *Kernel {
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	pr, pw := io.Pipe()
+	k := &Kernel{
+		info:       info,
+		conn:       conn,
+		stdin:      &stdinConn{conn: conn},
+		stdout:     pr,
+		demuxDone:  make(chan struct{}),
+		done:       make(chan struct{}),
+		stdinGrace: stdinGrace,
+	}
+	go func() {
+		defer close(k.demuxDone)
+		_, err := stdcopy.StdCopy(pw, stderr, conn.Reader)
+		if errors.Is(err, net.ErrClosed) {
+			err = nil
+		}
+		pw.CloseWithError(err) // nil: EOF
+	}()
+	return k
+}
+
+// Stdin is the kernel's standard input (the attached stream). Close ends it (the stub
+// then shuts down); the container's stdin closes with it.
+func (k *Kernel) Stdin() io.WriteCloser { return k.stdin }
+
+// Stdout is the kernel's standard output, demultiplexed from the attached stream.
+func (k *Kernel) Stdout() io.Reader { return k.stdout }
+
+// Info says Transport "docker", no host pids, and ID the container id (run mode) or the
+// exec id (exec mode).
+func (k *Kernel) Info() transports.Info { return k.info }
+
+// Wait blocks until the kernel has exited and, in run mode, its container is removed.
+// Exit.OOM reports the memory limit's kill (the container's State.OOMKilled); Code is
+// the container's (or exec's) exit code as the engine reports it (128+N after signal N
+// in a container, whose init reports it so). Later calls return the same.
+func (k *Kernel) Wait() (transports.Exit, error) {
+	<-k.done
+	return k.exit, k.err
+}
+
+// Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
+// exit; then stop the container (SIGTERM, and SIGKILL after Options.StopGrace) or, in
+// exec mode, signal the exec's process TERM then KILL; then the container is removed.
+// It returns once the end is confirmed (Wait's result is set) or ctx ends.
+func (k *Kernel) Kill(ctx context.Context) error {
+	select {
+	case <-k.done:
+		return nil
+	default:
+	}
+	k.killOnce.Do(func() {
+		k.killed.Store(true)
+		go func() {
+			_ = k.stdin.Close()
+			if k.stdinGrace > 0 {
+				t := time.NewTimer(k.stdinGrace)
+				defer t.Stop()
+				select {
+				case <-k.done:
+					return
+				case <-t.C:
+				}
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			k.escalate(sctx)
+		}()
+	})
+	select {
+	case <-k.done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-k.done:
+			return nil
+		default:
+		}
+		return context.Cause(ctx)
+	}
+}
+
+// finish records the end; exit.Killed is set when Kill ran before it.
+func (k *Kernel) finish(exit transports.Exit, err error) {
+	exit.Killed = k.killed.Load()
+	k.exit, k.err = exit, err
+	close(k.done)
+}
+
+// drain waits up to d for the attached stream to be read to its end, then closes the
+// connection (which ends it) and waits for the reader.
+func (k *Kernel) drain(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.demuxDone:
+	case <-t.C:
+	}
+	k.conn.Close()
+	<-k.demuxDone
+}
+
+// stdinConn is the write side of the attached stream; Close half-closes it.
+type stdinConn struct {
+	mu     sync.Mutex
+	conn   client.HijackedResponse
+	closed bool
+}
+
+var errStdinClosed = errors.New("kernel stdin closed")
+
+func (s *stdinConn) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return 0, errStdinClosed
+	}
+	return s.conn.Conn.Write(p)
+}
+
+func (s *stdinConn) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.conn.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// createOptions is the container a run-mode kernel gets: the whole lock-down lives here.
+func (t *Transport) createOptions(image string, b *images.Bundle, spec transports.Spec) client.ContainerCreateOptions {
+	o := t.opts
+	labels := o.Controller.labels()
+	labels[LabelKennel] = "1"
+	labels[LabelSession] = spec.SessionID
+	cfg := &container.Config{
+		Image:        image,
+		User:         o.userFor(spec.Dir),
+		Env:          kernelEnv(t.defaultEnv(b), append(append([]string(nil), spec.Env...), images.EnvOwner+"=stdin")),
+		WorkingDir:   spec.Dir,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true,
+		Labels:       labels,
+	}
+	if spec.Python != "" {
+		cfg.Entrypoint = images.KernelArgv(spec.Python, kernelimage.StubDir)
+	}
+	network := o.Network
+	if network == "" {
+		network = DefaultNetwork
+	}
+	if network == "none" {
+		cfg.NetworkDisabled = true
+	}
+	pids := limit(o.Pids, DefaultPids)
+	memory := limit(o.Memory, DefaultMemory)
+	init := !o.NoInit
+	hc := &container.HostConfig{
+		NetworkMode:    container.NetworkMode(network),
+		CapDrop:        []string{"ALL"},
+		CapAdd:         append([]string(nil), o.CapAdd...),
+		ReadonlyRootfs: !o.WritableRootfs,
+		Init:           &init,
+		Runtime:        o.Runtime,
+		SecurityOpt:    append([]string(nil), o.SecurityOpt...),
+		Resources: container.Resources{
+			Memory:     memory,
+			MemorySwap: memory,
+			NanoCPUs:   limit(o.NanoCPUs, DefaultNanoCPUs),
+			PidsLimit:  &pids,
+		},
+	}
+	if memory == 0 {
+		hc.MemorySwap = 0
+	}
+	if pids == 0 {
+		hc.PidsLimit = nil
+	}
+	if !o.AllowNewPrivileges {
+		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
+	}
+	if !o.WritableRootfs {
+		size := o.TmpfsSize
+		if size <= 0 {
+			size = DefaultTmpfsSize
+		}
+		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", size)}
+	}
+	for _, m := range o.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
+	}
+	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc}
+}
+
+func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transports.Spec) (_ *Kernel, err error) {
+	image, err := t.Image()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kernelimage.Check(ctx, t.cli, image, bc.bundle); err != nil {
+		return nil, err
+	}
+	created, err := t.cli.ContainerCreate(ctx, t.createOptions(image, bc.bundle, spec))
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", classify(err))
+	}
+	id := created.ID
+	// Unwind: a start that fails leaves no container.
+	defer func() {
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = remove(rctx, t.cli, id)
+		}
+	}()
+	att, err := t.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attach container %.12s: %w", id, classify(err))
+	}
+	if _, err := t.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		att.Close()
+		return nil, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
+	}
+	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr, grace(t.opts.StdinGrace))
+	stop := int(math.Ceil(grace(t.opts.StopGrace).Seconds()))
+	if t.opts.StopGrace < 0 {
+		stop = 0
+	}
+	k.escalate = func(ctx context.Context) {
+		_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
+	}
+	go t.reap(k, id)
+	return k, nil
+}
+
+// reap waits for the container to stop, reads how it ended, lets the output drain and
+// removes the container; then the kernel's Wait returns.
+func (t *Transport) reap(k *Kernel, id string) {
+	ctx := context.Background()
+	var exit transports.Exit
+	var werr error
+	w := t.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case r := <-w.Result:
+		exit.Code = int(r.StatusCode)
+		if r.Error != nil && r.Error.Message != "" {
+			werr = fmt.Errorf("wait container %.12s: %s", id, r.Error.Message)
+		}
+	case err := <-w.Error:
+		werr = fmt.Errorf("wait container %.12s: %w", id, err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if ins, err := t.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
+		exit.OOM = ins.Container.State.OOMKilled
+		exit.Code = ins.Container.State.ExitCode
+		if ins.Container.State.Running {
+			// The wait ended without the container ending (the engine went away): stop it.
+			stop := 0
+			_, _ = t.cli.ContainerStop(ictx, id, client.ContainerStopOptions{Timeout: &stop})
+		}
+	} else if err != nil && werr == nil && !cerrdefs.IsNotFound(err) {
+		werr = fmt.Errorf("inspect container %.12s: %w", id, err)
+	}
+	cancel()
+	k.drain(2 * time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := remove(rctx, t.cli, id); err != nil && werr == nil {
+		werr = err
+	}
+	cancel()
+	k.finish(exit, werr)
+}
+
+// classify marks engine errors that mean "cannot run here" (no engine, image or network
+// missing) as transports.ErrUnavailable.
+func classify(err error) error {
+	if client.IsErrConnectionFailed(err) || cerrdefs.IsNotFound(err) || cerrdefs.IsUnavailable(err) {
+		return fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
+	}
+	return err
+}

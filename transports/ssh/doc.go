@@ -1,0 +1,61 @@
+// Package ssh runs kernels on remote hosts over ssh, speaking the protocol itself
+// (golang.org/x/crypto/ssh): the "ssh" transport.
+//
+// A Hosts holds one connection per resolved target ([user@]host[:port] through the
+// user's ssh config: User, Port, HostName, IdentityFile, ProxyJump), shared by every
+// session, probe and staging there; concurrent dials and probes of one host join one.
+// Authentication uses the ssh agent (SSH_AUTH_SOCK) and the identity files; host keys are
+// checked against known_hosts with accept-new semantics (an unknown host is added, a
+// changed key is refused with ErrHostKeyChanged naming the file and the fix). A
+// connection times out after ConnectTimeout and sends keepalives.
+//
+//	hosts, err := ssh.NewHosts(ssh.HostsOptions{})
+//	if err != nil { ... }
+//	defer hosts.Close()
+//	p := hosts.Probe(ctx, "me@build-box") // os, arch, home, cores, python3, staged
+//	if p.Status != ssh.StatusReady { ... p.Hint ... }
+//	t := ssh.New(hosts, ssh.Options{Target: "me@build-box"})
+//	k, err := t.Start(ctx, transports.Spec{SessionID: "s1", Dir: "/home/me/project"})
+//
+// # Fixed commands, clean streams
+//
+// Every remote command is a fixed string (the probe, staging, the kernel, the signal
+// ladder): its inputs (interpreter, bundle hash, run id, directory, environment) travel
+// on stdin, never in argv. Each runs through the user's login shell as
+//
+//	/bin/sh -c 'exec 3>&1 1>&2; exec "$SHELL" -l -c "exec 1>&3 3>&-; printf SENTINEL; SCRIPT"'
+//
+// so what the login profile prints goes to stderr, and the client skips whatever still
+// reached stdout (a ~/.bashrc run by sshd itself) up to the sentinel line.
+//
+// # Staging
+//
+// The stub bundle goes to ~/.kennel-remote/<bundle-hash>/ as a tar over the shared
+// connection, unpacked into a temporary directory beside it, checked against the hash
+// and renamed into place: a bundle directory that exists is complete, and one that
+// exists is never sent again (the probe reports it).
+//
+// # Remote kernels
+//
+// A kernel runs in ~/.kennel-remote/run/<id>/ (0700), which records its pid (it leads
+// its process group), with KENNEL_REMOTE_RUN=<id> in its environment, which every
+// process it starts inherits. Kill closes the session's stdin (the stub ends its jobs at
+// EOF), then sends SIGTERM and SIGKILL to the kernel's group by a remote command; the
+// controller never signals a remote pid locally. After the end, a remote sweep ends
+// every process still marked with the run (on Linux, read from /proc) and removes the
+// run directory. A pid recorded in the run directory could in principle be reused by
+// an unrelated group once every process of the kernel's group has ended; the ladder
+// only runs while the session is open.
+//
+// # Remote files
+//
+// A session whose workspace is [user@]host:/path keeps its files on that host: FS
+// serves its fs.read and fs.write requests over SFTP on the same connection, with the
+// same refusals as the local handlers (outside, not_found, binary, ...), resolving paths
+// with the server's real paths.
+//
+// # Test server
+//
+// Tests run against a real OpenSSH sshd (package sshtest): root logs in with a lean
+// home whose profile prints a banner.
+package ssh

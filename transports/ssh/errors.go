@@ -1,0 +1,33 @@
+package ssh
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// The error classes of this package, checked with errors.Is. Every error a Hosts or a
+// Transport returns for a host it cannot use wraps one of them (and, for the first
+// three, transports.ErrUnavailable as well).
+var (
+	// ErrNeedsAuth: a person could get in but kennel cannot on its own: the server refused
+	// every key, an identity file needs a passphrase, the host key is unknown in strict
+	// mode or has changed. The error's text says what to do.
+	ErrNeedsAuth = fmt.Errorf("needs authentication: %w", transports.ErrUnavailable)
+	// ErrUnreachable: no ssh conversation could be had (refused, timed out, no route, a
+	// name that does not resolve, a jump host out of reach, a connection that dropped).
+	ErrUnreachable = fmt.Errorf("unreachable: %w", transports.ErrUnavailable)
+	// ErrUnsupported: the host answered, but it cannot run kernels (no python3, or one
+	// older than MinPython).
+	ErrUnsupported = fmt.Errorf("unsupported host: %w", transports.ErrUnavailable)
+	// ErrHostKeyChanged: the host offered a key other than the one known_hosts holds for
+	// it. It also matches ErrNeedsAuth.
+	ErrHostKeyChanged = fmt.Errorf("host key changed: %w", ErrNeedsAuth)
+	// ErrInvalidTarget: a target that is not [user@]host[:port], or a workspace that is not
+	// [user@]host:/path.
+	ErrInvalidTarget = errors.New("invalid ssh target")
+	// ErrRemote: a remote command kennel runs failed on the host (its exit status and
+	// what it said on stderr are in the message).
+	ErrRemote = errors.New("remote command failed")
+)

@@ -1,0 +1,212 @@
+package ssh_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/ssh"
+	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+)
+
+func TestStageTwiceSendsOnce(t *testing.T) {
+	srv := sshtest.Start(t)
+	h := newHosts(t, srv)
+	b, _ := images.Stub()
+	r, err := h.Stage(testCtx(t), sshtest.Alias)
+	if err != nil || !r.Sent || r.Dir != srv.Home+"/.kennel-remote/"+b.Hash() {
+		t.Fatalf("first staging: %+v, %v", r, err)
+	}
+	if r, err := h.Stage(testCtx(t), sshtest.Alias); err != nil || r.Sent {
+		t.Fatalf("second staging: %+v, %v; want nothing sent", r, err)
+	}
+	// A new controller (cold cache) learns from the probe that it is staged.
+	h2 := newHosts(t, srv)
+	if p := h2.Probe(testCtx(t), sshtest.Alias); !p.Staged {
+		t.Fatalf("probe after staging: %+v", p)
+	}
+	if r, err := h2.Stage(testCtx(t), sshtest.Alias); err != nil || r.Sent {
+		t.Fatalf("staging from a cold cache: %+v, %v; want nothing sent", r, err)
+	}
+	for _, f := range b.Files() {
+		got, err := os.ReadFile(r.Dir + "/" + f.Path)
+		if err != nil || string(got) != string(f.Data) {
+			t.Fatalf("staged %s: %v", f.Path, err)
+		}
+	}
+}
+
+// A staging whose connection drops half-way leaves no bundle directory in place; the
+// next staging sends it whole.
+func TestKilledStagingLeavesNoHalfBundle(t *testing.T) {
+	srv := sshtest.Start(t)
+	h := newHosts(t, srv)
+	b, _ := images.Stub()
+	c, _, err := h.Client(testCtx(t), sshtest.Alias)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.Probe(testCtx(t), sshtest.Alias)
+	sess, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := sess.StdinPipe()
+	if err := sess.Start(ssh.StageCommand()); err != nil {
+		t.Fatal(err)
+	}
+	tarball, err := ssh.BundleTar(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(in, p.PythonPath+"\n"+b.Hash()+"\n")
+	in.Write(tarball[:len(tarball)/2])
+	// Wait until the half is unpacked in a temporary directory, then drop everything.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(srv.Run(t, "ls -a ~/.kennel-remote 2>/dev/null"), ".stage-") {
+		if time.Now().After(deadline) {
+			t.Fatal("staging never started unpacking")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.Drop(sshtest.Alias)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(srv.Home + "/.kennel-remote/" + b.Hash()); !os.IsNotExist(err) {
+		t.Fatalf("a half bundle is in place: %v", err)
+	}
+	if p := newHosts(t, srv).Probe(testCtx(t), sshtest.Alias); p.Staged {
+		t.Fatal("probe reports a half staging as staged")
+	}
+	r, err := newHosts(t, srv).Stage(testCtx(t), sshtest.Alias)
+	if err != nil || !r.Sent {
+		t.Fatalf("staging after a killed one: %+v, %v", r, err)
+	}
+}
+
+// frames reads frames from a kernel's stdout.
+type frames struct{ sc *bufio.Scanner }
+
+func (f *frames) next(t *testing.T) map[string]any {
+	t.Helper()
+	if !f.sc.Scan() {
+		t.Fatalf("stdout ended: %v", f.sc.Err())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(f.sc.Bytes(), &m); err != nil {
+		t.Fatalf("not a frame (a banner in the stream?): %q", f.sc.Text())
+	}
+	return m
+}
+
+func (f *frames) until(t *testing.T, event, id string) map[string]any {
+	t.Helper()
+	for {
+		m := f.next(t)
+		if m["event"] == event && m["id"] == id {
+			return m
+		}
+	}
+}
+
+func send(t *testing.T, k transports.Kernel, frame map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(frame)
+	if _, err := k.Stdin().Write(append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startKernel(t *testing.T, h *ssh.Hosts, dir string) (transports.Kernel, *frames, *strings.Builder) {
+	t.Helper()
+	var stderr strings.Builder
+	k, err := ssh.New(h, ssh.Options{Target: sshtest.Alias, StdinGrace: 500 * time.Millisecond, TermGrace: 500 * time.Millisecond}).Start(testCtx(t), transports.Spec{
+		SessionID: t.Name(), Dir: dir, Stderr: &lockedWriter{w: &stderr},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = k.Kill(ctx)
+		_, _ = k.Wait()
+	})
+	sc := bufio.NewScanner(k.Stdout())
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	return k, &frames{sc: sc}, &stderr
+}
+
+// The login profile prints a banner on stdout; the first line the controller reads is
+// still the hello, and the banner went to stderr.
+func TestBannerDoesNotDisturbFrames(t *testing.T) {
+	srv := sshtest.Start(t)
+	if !strings.Contains(srv.RawRun(t, "true"), sshtest.Banner) {
+		t.Fatal("the test profile prints no banner on a plain ssh command's stdout")
+	}
+	h := newHosts(t, srv)
+	k, fr, _ := startKernel(t, h, "/")
+	if m := fr.next(t); m["event"] != "hello" {
+		t.Fatalf("first frame %v", m)
+	}
+	send(t, k, map[string]any{"type": "execute", "id": "c1", "code": "import os\nos.environ['HOME']"})
+	if d := fr.until(t, "done", "c1"); d["result"] != "'"+srv.Home+"'" {
+		t.Fatalf("done %v", d)
+	}
+}
+
+// A kill leaves no process of the kernel, its cells' children or its jobs on the host
+// (ps over ssh), and removes the run directory.
+func TestKillLeavesNoRemoteProcess(t *testing.T) {
+	srv := sshtest.Start(t)
+	h := newHosts(t, srv)
+	k, fr, _ := startKernel(t, h, "/")
+	fr.next(t)
+	mark := "4242.17" + strings.TrimLeft(itoa(int(time.Now().UnixNano()%1000000)), "0")
+	send(t, k, map[string]any{"type": "job_run", "id": "j1", "command": "sleep " + mark + "1"})
+	fr.until(t, "job_start", "j1")
+	send(t, k, map[string]any{"type": "execute", "id": "c1", "code": `import subprocess
+subprocess.Popen(["sleep", "` + mark + `2"])
+subprocess.Popen(["sleep", "` + mark + `3"], start_new_session=True)
+subprocess.run(["sh", "-c", "sleep ` + mark + `4 >/dev/null 2>&1 &"])
+`})
+	fr.until(t, "done", "c1")
+	// A busy kernel: the ladder has to go past stdin EOF.
+	send(t, k, map[string]any{"type": "execute", "id": "busy", "code": "while True: pass"})
+	before := srv.Run(t, "ps -eo args")
+	for i := 1; i <= 4; i++ {
+		if !strings.Contains(before, "sleep "+mark+itoa(i)) {
+			t.Fatalf("sleeper %d is not running before the kill:\n%s", i, before)
+		}
+	}
+	runDir := k.Info().ID[strings.Index(k.Info().ID, ":/")+1:]
+	if _, err := os.Stat(runDir); err != nil {
+		t.Fatalf("run directory: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := k.Wait(); err != nil || !e.Killed {
+		t.Fatalf("wait: %+v, %v", e, err)
+	}
+	ps := srv.Run(t, "ps -eo pid,args")
+	if strings.Contains(ps, "sleep "+mark) || strings.Contains(ps, "kennel._boot") {
+		t.Fatalf("processes outlived the kill:\n%s", ps)
+	}
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Fatalf("run directory %s after the kill: %v", runDir, err)
+	}
+}
+
+// lockedWriter is the kernel's stderr sink; the test never reads it while the kernel runs.
+type lockedWriter struct{ w io.Writer }
+
+func (l *lockedWriter) Write(p []byte) (int, error) { return l.w.Write(p) }

@@ -1,0 +1,219 @@
+package ssh
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kennel-dev/kennel/images"
+)
+
+// Status is a probe's verdict on a host.
+type Status string
+
+// The verdicts of a probe.
+const (
+	// StatusReady: the host runs kernels (python3 at least MinPython).
+	StatusReady Status = "ready"
+	// StatusUnsupported: the host answered but has no usable python3.
+	StatusUnsupported Status = "unsupported"
+	// StatusNeedsAuth: a person could get in (Hint says how); kennel cannot on its own.
+	StatusNeedsAuth Status = "needs_auth"
+	// StatusUnreachable: no ssh conversation could be had.
+	StatusUnreachable Status = "unreachable"
+)
+
+// MinPython is the oldest python3 a host may have: older is StatusUnsupported.
+var MinPython = [2]int{3, 9}
+
+// How long a probe's answer is reused: a ready (or unsupported) host for ReadyTTL, a
+// failure for FailureTTL.
+const (
+	ReadyTTL   = 60 * time.Second
+	FailureTTL = 5 * time.Second
+)
+
+// Probe is what a probe learnt about a host.
+type Probe struct {
+	// Target is the host as resolved ("user@host:port").
+	Target string `json:"target"`
+	// Status is the verdict; the fields below Hint are set when the host answered.
+	Status Status `json:"status"`
+	// Hint says, for any status but ready, what went wrong and what a person can do.
+	Hint string `json:"hint,omitempty"`
+	// OS and Arch are the host's `uname -s` and `uname -m`.
+	OS   string `json:"os,omitempty"`
+	Arch string `json:"arch,omitempty"`
+	// Home is the login user's home directory on the host.
+	Home string `json:"home,omitempty"`
+	// Cores is the number of online processors (0 when unknown).
+	Cores int `json:"cores,omitempty"`
+	// Python is python3's version ("3.11.2"), "" when there is none; PythonPath is the
+	// interpreter's absolute path (its sys.executable), used to start kernels.
+	Python     string `json:"python,omitempty"`
+	PythonPath string `json:"python_path,omitempty"`
+	// Bundle is the stub bundle hash asked about; Staged reports that
+	// ~/.kennel-remote/<Bundle>/ exists on the host (a complete bundle).
+	Bundle string `json:"bundle,omitempty"`
+	Staged bool   `json:"staged"`
+	// At is when the probe ran.
+	At time.Time `json:"at"`
+	// Err is the error behind a status other than ready (it matches ErrNeedsAuth,
+	// ErrUnreachable or ErrUnsupported).
+	Err error `json:"-"`
+}
+
+type cachedProbe struct {
+	p       Probe
+	expires time.Time
+}
+
+// probeScript is the probe's fixed command. Its stdin holds the interpreter's name and
+// the bundle hash, one a line; it prints key=value lines.
+const probeScript = `IFS= read -r py || exit 2
+IFS= read -r h || exit 2
+case "$h" in ""|*[!0-9a-f]*) h=-;; esac
+printf 'os=%s\n' "$(uname -s)"
+printf 'arch=%s\n' "$(uname -m)"
+printf 'home=%s\n' "$HOME"
+printf 'cores=%s\n' "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null)"
+v=$("$py" -I -S -c 'import sys;print("%d.%d.%d %s" % (sys.version_info[:3] + (sys.executable,)))' 2>/dev/null </dev/null) || v=
+printf 'python=%s\n' "$v"
+if [ -d "$HOME/.kennel-remote/$h" ]; then echo staged=1; else echo staged=0; fi
+`
+
+// Probe answers what target is: os, arch, home, cores, python3 and whether the embedded
+// stub bundle is staged there, over one remote command on the shared connection.
+// Answers are cached (ReadyTTL, FailureTTL); a caller arriving while a probe of the
+// same host runs joins it. Probe never fails: a host it cannot use has a Status other
+// than ready, with Hint and Err. A target that does not parse is StatusUnreachable with
+// an ErrInvalidTarget error.
+func (h *Hosts) Probe(ctx context.Context, target string) Probe {
+	b, err := images.Stub()
+	if err != nil {
+		return Probe{Target: target, Status: StatusUnreachable, Hint: err.Error(), Err: err, At: h.now()}
+	}
+	return h.probeBundle(ctx, target, b.Hash())
+}
+
+func (h *Hosts) probeBundle(ctx context.Context, target, bundle string) Probe {
+	t, err := h.res.resolve(target)
+	if err != nil {
+		return Probe{Target: target, Status: StatusUnreachable, Hint: err.Error(), Err: err, At: h.now()}
+	}
+	key := t.Key() + " " + bundle
+	h.probeMu.Lock()
+	if c, ok := h.cache[key]; ok && h.now().Before(c.expires) {
+		h.probeMu.Unlock()
+		return c.p
+	}
+	h.probeMu.Unlock()
+	ch := h.probes.DoChan(key, func() (any, error) {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ConnectTimeout)
+		defer cancel()
+		p := h.runProbe(pctx, t, bundle)
+		ttl := ReadyTTL
+		if p.Status == StatusNeedsAuth || p.Status == StatusUnreachable {
+			ttl = FailureTTL
+		}
+		h.probeMu.Lock()
+		h.cache[key] = cachedProbe{p: p, expires: p.At.Add(ttl)}
+		h.probeMu.Unlock()
+		return p, nil
+	})
+	select {
+	case r := <-ch:
+		return r.Val.(Probe)
+	case <-ctx.Done():
+		err := fmt.Errorf("probe %s: %w: %w", t, context.Cause(ctx), ErrUnreachable)
+		return Probe{Target: t.String(), Status: StatusUnreachable, Hint: err.Error(), Err: err, At: h.now()}
+	}
+}
+
+// markStaged records in the cache that bundle is now staged on t.
+func (h *Hosts) markStaged(t Target, bundle string) {
+	key := t.Key() + " " + bundle
+	h.probeMu.Lock()
+	defer h.probeMu.Unlock()
+	if c, ok := h.cache[key]; ok {
+		c.p.Staged = true
+		h.cache[key] = c
+	}
+}
+
+func (h *Hosts) runProbe(ctx context.Context, t Target, bundle string) Probe {
+	p := Probe{Target: t.String(), Bundle: bundle, At: h.now()}
+	fail := func(err error) Probe {
+		p.Err = err
+		p.Hint = err.Error()
+		p.Status = StatusUnreachable
+		if errors.Is(err, ErrNeedsAuth) {
+			p.Status = StatusNeedsAuth
+		}
+		return p
+	}
+	c, err := h.clientFor(ctx, t)
+	if err != nil {
+		return fail(err)
+	}
+	out, err := runRemote(ctx, c, "probe "+t.String(), probeScript,
+		strings.NewReader(h.opts.Python+"\n"+bundle+"\n"), 64<<10)
+	if err != nil {
+		if errors.Is(err, ErrRemote) {
+			err = fmt.Errorf("%w: %w", err, ErrUnreachable)
+		}
+		return fail(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		switch k {
+		case "os":
+			p.OS = v
+		case "arch":
+			p.Arch = v
+		case "home":
+			p.Home = v
+		case "cores":
+			p.Cores, _ = strconv.Atoi(strings.TrimSpace(v))
+		case "python":
+			p.Python, p.PythonPath, _ = strings.Cut(v, " ")
+		case "staged":
+			p.Staged = v == "1"
+		}
+	}
+	if p.Home == "" || p.OS == "" {
+		return fail(fmt.Errorf("probe %s: the host's answer lacks os or home: %w", t, ErrUnreachable))
+	}
+	if !pythonAtLeast(p.Python, MinPython) {
+		p.Status = StatusUnsupported
+		what := "no " + h.opts.Python
+		if p.Python != "" {
+			what = h.opts.Python + " " + p.Python
+		}
+		p.Err = fmt.Errorf("probe %s: %s on the host; kernels need python %d.%d or newer: %w", t, what, MinPython[0], MinPython[1], ErrUnsupported)
+		p.Hint = p.Err.Error()
+		return p
+	}
+	p.Status = StatusReady
+	return p
+}
+
+// pythonAtLeast reports whether version "X.Y.Z" is at least min.
+func pythonAtLeast(version string, min [2]int) bool {
+	parts := strings.Split(version, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	mnr, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return maj > min[0] || (maj == min[0] && mnr >= min[1])
+}

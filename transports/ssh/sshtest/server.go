@@ -1,0 +1,352 @@
+package sshtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Alias is the Host name ConfigFile gives the server.
+const Alias = "kennel-test"
+
+// Banner is what the lean home's login profile prints to stdout on every command.
+const Banner = "kennel-sshtest banner: welcome to the test host"
+
+// Server is a running sshd and the files a client needs to reach it.
+type Server struct {
+	// Addr is the proxy's "127.0.0.1:port": connect here to be counted.
+	Addr string
+	// Host and Port are Addr's parts.
+	Host string
+	Port int
+	// SSHDAddr is sshd's own address, bypassing the proxy (uncounted).
+	SSHDAddr string
+	// User is the user sshd logs in ("root").
+	User string
+	// Home is the user's home directory as sshd sees it (lean, temporary).
+	Home string
+	// KeyFile is the authorized user's private key (no passphrase); KeyFile+".pub" its
+	// public key.
+	KeyFile string
+	// OtherKeyFile is a private key sshd does not accept.
+	OtherKeyFile string
+	// HostKeyLine is the server's host public key in authorized_keys form.
+	HostKeyLine string
+	// KnownHosts is a known_hosts file that trusts the host key at Addr.
+	KnownHosts string
+	// ConfigFile is an ssh_config file with "Host kennel-test" naming HostName, Port,
+	// User and IdentityFile for the proxy.
+	ConfigFile string
+	// Dir is the temporary directory holding all of the above.
+	Dir string
+
+	conns atomic.Int64
+}
+
+// Connections returns how many TCP connections the proxy has accepted so far.
+func (s *Server) Connections() int64 { return s.conns.Load() }
+
+// need skips the test (or fails it under CI=true) when what the server needs is missing.
+func need(t testing.TB, what string, ok bool) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("sshtest: %s is missing (CI=true: .ci/install provides it)", what)
+	}
+	t.Skipf("sshtest: %s is missing", what)
+}
+
+func lookPath(names ...string) bool {
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Start starts sshd behind a counting proxy and stops both at the end of the test. It
+// skips (fails under CI=true) when not root or when sshd, ssh-keygen, ssh or unshare is
+// missing.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	need(t, "root (sshd must log in a user as itself)", os.Geteuid() == 0)
+	need(t, "sshd (openssh-server)", fileExists("/usr/sbin/sshd"))
+	need(t, "ssh and ssh-keygen (openssh-client)", lookPath("ssh", "ssh-keygen"))
+	need(t, "unshare (util-linux)", lookPath("unshare"))
+
+	dir, err := os.MkdirTemp("", "kennel-sshtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Dir: dir, User: "root", Host: "127.0.0.1", Home: filepath.Join(dir, "home")}
+	must(t, os.MkdirAll(s.Home, 0o755))
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatalf("sshtest: /run/sshd: %v", err)
+	}
+	profile := "echo '" + Banner + "'\n"
+	must(t, os.WriteFile(filepath.Join(s.Home, ".profile"), []byte(profile), 0o644))
+	must(t, os.WriteFile(filepath.Join(s.Home, ".bashrc"), []byte("echo 'bashrc: "+Banner+"'\n"), 0o644))
+
+	s.KeyFile = filepath.Join(dir, "id_user")
+	s.OtherKeyFile = filepath.Join(dir, "id_other")
+	hostKey := filepath.Join(dir, "host_key")
+	for _, k := range []string{s.KeyFile, s.OtherKeyFile, hostKey} {
+		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kennel-sshtest", "-f", k).CombinedOutput(); err != nil {
+			t.Fatalf("sshtest: ssh-keygen: %v: %s", err, out)
+		}
+	}
+	pub, err := os.ReadFile(s.KeyFile + ".pub")
+	must(t, err)
+	authorized := filepath.Join(dir, "authorized_keys")
+	must(t, os.WriteFile(authorized, pub, 0o600))
+	hk, err := os.ReadFile(hostKey + ".pub")
+	must(t, err)
+	f := strings.Fields(string(hk))
+	s.HostKeyLine = f[0] + " " + f[1]
+
+	passwd, err := leanPasswd(s.Home)
+	must(t, err)
+	passwdFile := filepath.Join(dir, "passwd")
+	must(t, os.WriteFile(passwdFile, passwd, 0o644))
+
+	// The proxy listens first, so its port is held; sshd gets a port found free.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	s.Addr = ln.Addr().String()
+	s.Port = ln.Addr().(*net.TCPAddr).Port
+
+	var cmd *exec.Cmd
+	var logBuf *syncBuffer
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		must(t, err)
+		s.SSHDAddr = "127.0.0.1:" + strconv.Itoa(port)
+		conf := filepath.Join(dir, "sshd_config")
+		must(t, os.WriteFile(conf, []byte(sshdConfig(port, hostKey, authorized, filepath.Join(dir, "sshd.pid"))), 0o600))
+		logBuf = &syncBuffer{}
+		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$1" /etc/passwd && exec /usr/sbin/sshd -D -e -f "$2"`, "sh", passwdFile, conf)
+		cmd.Stdout = logBuf
+		cmd.Stderr = logBuf
+		must(t, cmd.Start())
+		if waitSSH(s.SSHDAddr, cmd, 10*time.Second) {
+			break
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if attempt == 2 {
+			t.Fatalf("sshtest: sshd did not start:\n%s", logBuf.String())
+		}
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("sshd log:\n%s", logBuf.tail(16<<10))
+		}
+	})
+	go s.proxy(ln)
+
+	s.KnownHosts = filepath.Join(dir, "known_hosts")
+	must(t, os.WriteFile(s.KnownHosts, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", s.Port, s.HostKeyLine)), 0o600))
+	s.ConfigFile = filepath.Join(dir, "ssh_config")
+	must(t, os.WriteFile(s.ConfigFile, []byte(fmt.Sprintf(
+		"Host %s\n  HostName 127.0.0.1\n  Port %d\n  User root\n  IdentityFile %s\n",
+		Alias, s.Port, s.KeyFile)), 0o600))
+	return s
+}
+
+func sshdConfig(port int, hostKey, authorized, pidFile string) string {
+	return fmt.Sprintf(`ListenAddress 127.0.0.1:%d
+HostKey %s
+PidFile %s
+AuthorizedKeysFile %s
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+LogLevel VERBOSE
+PrintMotd no
+PrintLastLog no
+MaxSessions 64
+MaxStartups 64
+Subsystem sftp internal-sftp
+`, port, hostKey, pidFile, authorized)
+}
+
+// leanPasswd is /etc/passwd with root's home set to home and its shell to /bin/bash.
+func leanPasswd(home string) ([]byte, error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	for line := range strings.Lines(string(b)) {
+		f := strings.Split(strings.TrimRight(line, "\n"), ":")
+		if len(f) == 7 && f[0] == "root" {
+			f[5], f[6] = home, "/bin/bash"
+			line = strings.Join(f, ":") + "\n"
+		}
+		out.WriteString(line)
+	}
+	return out.Bytes(), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitSSH waits until addr answers with an SSH banner.
+func waitSSH(addr string, cmd *exec.Cmd, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "SSH-2.0") {
+				return true
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// proxy forwards every connection to sshd, counting them.
+func (s *Server) proxy(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.conns.Add(1)
+		go func() {
+			defer c.Close()
+			u, err := net.Dial("tcp", s.SSHDAddr)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(u, c)
+				_ = u.(*net.TCPConn).CloseWrite()
+			}()
+			_, _ = io.Copy(c, u)
+			_ = c.(*net.TCPConn).CloseWrite()
+			wg.Wait()
+		}()
+	}
+}
+
+// SSHArgs returns the system ssh client's arguments that reach the server as User
+// (through the proxy), before the destination: ssh SSHArgs()... Alias command.
+func (s *Server) SSHArgs() []string {
+	return []string{"-F", s.ConfigFile, "-o", "UserKnownHostsFile=" + s.KnownHosts,
+		"-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR"}
+}
+
+// RawRun runs a shell command on the server over the system ssh client and returns its
+// whole stdout, banner included.
+func (s *Server) RawRun(t testing.TB, command string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ssh", append(s.SSHArgs(), Alias, command)...).Output()
+	if err != nil {
+		t.Fatalf("sshtest: ssh %q: %v", command, err)
+	}
+	return string(out)
+}
+
+// Run runs a shell command on the server over the system ssh client (a separate,
+// counted connection) and returns its stdout with the login banner lines removed. It
+// fails the test when the command fails.
+func (s *Server) Run(t testing.TB, command string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	args := append(s.SSHArgs(), Alias, command)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ssh", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("sshtest: ssh %q: %v\n%s", command, err, stderr.String())
+	}
+	var out strings.Builder
+	for line := range strings.Lines(stdout.String()) {
+		if !strings.Contains(line, Banner) {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("sshtest: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *syncBuffer) tail(n int) string {
+	s := b.String()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return s
+}
