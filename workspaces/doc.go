@@ -8,7 +8,11 @@
 // package ignore) twice: the base, as the child found it, and the child's working copy.
 // It never copies .git or an ignored directory; symlinks stay symlinks and modes are kept.
 // Files are cloned with FICLONE where the file system shares extents (XFS, btrfs) and
-// copied with copy_file_range elsewhere, with one warning that gives both counts. Over
+// copied with copy_file_range elsewhere, with one warning that gives both counts. The
+// copy goes directory by directory on several goroutines (CreateOptions.Workers): each
+// parent file is opened once, by its name in its already-open directory, and cloned into
+// both copies from that one descriptor; the child's copy is created with its final mode
+// and gets its times through its descriptor, the base keeps bytes only. Over
 // MaxFiles (100,000) files the copy is refused with a *TooManyFilesError that names the
 // shared mode. The stat of every copied entry goes into the workspace's manifest, so a
 // hand-back knows an untouched file without reading it.
@@ -21,6 +25,7 @@
 //	work/           the child's copy, Workspace.Path; a symlink to the parent afterwards
 //	conflicts/      the child's versions of the paths that conflicted
 //	handback.json   the hand-back's record (0600); its presence means it is done
+//	trash/          base/ and work/ after the record, until they are removed
 //
 // # Hand-back
 //
@@ -41,6 +46,20 @@
 // carries the plan out with one rename (from a copy beside the path) or one unlink per
 // path. A hand-back cut at any point reruns from the start to the same tree and record.
 //
+// # Trash
+//
+// After the record, the base and the child's copy are moved into the workspace's trash/
+// (one rename each, so a crash leaves each whole, in place or in trash/, never half
+// removed) and the child's directory becomes a symlink to the parent. Removing them
+// (2 x the files) costs more than the hand-back itself, so it is off the hand-back's
+// path when a Sweeper is given: HandBack returns, the removal runs in the background, and
+// Sweeper.Wait waits for it (the CLI prints the outcome, then waits). Without a Sweeper
+// HandBack removes trash/ before it returns. A trash/ a process left behind (it ended
+// first) is removed by the next Create or HandBack under the same state directory. Each
+// remover holds an flock on the trash directory, so two processes do not both do the
+// work; a removal never follows a symlink and makes read-only directories of the copy
+// writable through their own descriptors.
+//
 // Races: the child must be stopped before its hand-back; the parent may change while a
 // hand-back runs, and a path it changes between the scan and its rename can be replaced
 // (each path is checked again just before its rename, which narrows but does not close
@@ -54,11 +73,13 @@
 //		return err // errors.Is(err, workspaces.ErrTooManyFiles): use the shared mode
 //	}
 //	// ... run the child's kernel in res.Path() ...
-//	out, err := workspaces.HandBack(ctx, res.Dir, workspaces.HandBackOptions{Stop: session.Stop})
+//	var sweeper workspaces.Sweeper // one for the process; Wait before it exits
+//	out, err := workspaces.HandBack(ctx, res.Dir, workspaces.HandBackOptions{Stop: session.Stop, Sweeper: &sweeper})
 //	if err != nil {
 //		return err // the copy stays; a later HandBack resumes
 //	}
 //	for _, c := range out.Conflicts {
 //		log.Printf("conflict %s (%s): the child's version is at %s", c.Path, c.Reason, c.Saved)
 //	}
+//	return sweeper.Wait(ctx) // the base and the copy are gone
 package workspaces

@@ -320,7 +320,8 @@ func removeBelow(ctx context.Context, dfd int, p string) error {
 	return nil
 }
 
-// fdNames lists the names in the open directory fd (from its start).
+// fdNames lists the names in the open directory fd (from its start). A directory removed
+// meanwhile (by another remover) is empty.
 func fdNames(fd int) ([]string, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -331,7 +332,11 @@ func fdNames(fd int) ([]string, error) {
 	if _, err := unix.Seek(dup, 0, 0); err != nil {
 		return nil, err
 	}
-	return f.Readdirnames(-1)
+	names, err := f.Readdirnames(-1)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	return names, err
 }
 
 // removeAllAt removes the entry name of the directory dfd (at path p, for errors) and,

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"pgregory.net/rapid"
 )
 
 // removeHelperEnv makes the test binary remove the tree its value names with removeTree
@@ -334,4 +335,43 @@ func mkTree(t *testing.T, root string, specs ...string) {
 		t.Fatal(err)
 	}
 	writeTree(t, root, tree(t, specs...))
+}
+
+// TestRemoveTreeProperties removes generated trees (files, directories, symlinks, some
+// pointing out of the tree) with two removers at once, as two processes sweeping one
+// trash may: both succeed, the tree is gone, and what the links point at is untouched.
+func TestRemoveTreeProperties(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(root, "outside")
+	mkTree(t, outside, "file keep=1", "file d/keep=2")
+	want := readTree(t, outside)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		p := filepath.Join(root, fmt.Sprint("t", n))
+		if err := os.Mkdir(p, 0o755); err != nil {
+			rt.Fatalf("%v", err)
+		}
+		l := genTree(rt, "tree")
+		for i := range rapid.IntRange(0, 3).Draw(rt, "links") {
+			target := rapid.SampledFrom([]string{outside, filepath.Join(outside, "d"), filepath.Join(outside, "keep")}).Draw(rt, "target")
+			put(l, fmt.Sprintf("out%d", i), Entry{Kind: KindSymlink, Content: target})
+		}
+		writeTree(rt, p, l)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- removeTree(p) }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				rt.Fatalf("remove: %v", err)
+			}
+		}
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			rt.Fatalf("the tree is still there: %v", err)
+		}
+		if got := readTree(rt, outside); !maps.Equal(got, want) {
+			rt.Fatalf("outside the tree: %v, want %v", got, want)
+		}
+	})
 }

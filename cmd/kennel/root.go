@@ -12,6 +12,6 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd())
+	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd(), newImageCmd())
 	return root
 }

@@ -30,6 +30,8 @@ type runFlags struct {
 	transportArgv string
 	// ssh (--ssh [user@]host[:port]) runs the kernel on that host; -C is then a remote path.
 	ssh string
+	// docker (--docker and its lock-down flags) runs the kernel in a container.
+	docker dockerFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -75,6 +77,7 @@ Ctrl-C kills the job's process group and kennel exits 130.`,
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log the controller's diagnostics to stderr")
 	cmd.Flags().StringVar(&f.sh, "sh", "", "run this shell command (/bin/sh -c) in the sandbox as a job instead of cells")
 	cmd.Flags().DurationVar(&f.budget, "budget", 0, "with --sh: detach the job after this long, say so and keep waiting (0: never)")
+	addDockerFlags(cmd.Flags(), &f.docker)
 	cmd.Flags().StringVar(&f.ssh, "ssh", "", "run the kernel on this host over ssh ([user@]host[:port]); -C names the remote working directory (default: the remote home)")
 	cmd.Flags().StringVar(&f.transportArgv, "transport-argv", "", "run the kernel under this wrapper for this run ('docker exec -i box' or a JSON array)")
 	cmd.Flags().BoolVar(&f.noTruncate, "no-truncate", false, "with --sh: print every byte of the job's output (truncation off)")
@@ -166,6 +169,14 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 		logger.Warn("settings: " + w)
 	}
 	release := func() { _ = ks.pathMap.Close() }
+	if f.docker.enabled {
+		// The container sees the path map's mounts (the identity map of dir by default)
+		// as bind mounts; the kernel's env and sandbox dir stay the settings'.
+		if ks.transport, err = dockerTransport(ctx, f.docker, ks.pathMap.Mounts()); err != nil {
+			release()
+			return nil, nil, err
+		}
+	}
 	s, err := controller.Start(ctx, controller.Options{
 		Transport:  ks.transport,
 		Dir:        dir,

@@ -73,3 +73,27 @@ func BenchmarkTmpPieces(b *testing.B) {
 	b.Run("scan", func(b *testing.B) { tcpu(b, func() { v.scan(line) }) })
 	b.Run("check", func(b *testing.B) { tcpu(b, func() { v.check(line) }) })
 }
+
+func BenchmarkTmpFrames(b *testing.B) {
+	st := streamFrame(1<<20, "c1", false)
+	st = st[:len(st)-1]
+	dp := displayFrame(1<<20, "c1")
+	dp = dp[:len(dp)-1]
+	es := streamFrame(1<<20, "c1", true)
+	es = es[:len(es)-1]
+	var v validator
+	for name, line := range map[string][]byte{"stream": st, "display": dp, "escaped": es} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(line)))
+			tcpu(b, func() {
+				if v.object(line) != vOK {
+					b.Fatal("bad")
+				}
+			})
+		})
+		b.Run(name+"-indexbyte", func(b *testing.B) {
+			b.SetBytes(int64(len(line)))
+			tcpu(b, func() { bytes.IndexByte(line, '\n') })
+		})
+	}
+}
