@@ -2,10 +2,12 @@ package ssh_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +188,10 @@ subprocess.run(["sh", "-c", "sleep ` + mark + `4 >/dev/null 2>&1 &"])
 		}
 	}
 	runDir := k.Info().ID[strings.Index(k.Info().ID, ":/")+1:]
+	marker := []byte("KENNEL_REMOTE_RUN=" + filepath.Base(runDir) + "\x00")
+	if n := countEnv(marker); n < 4 {
+		t.Fatalf("%d processes carry the run's marker before the kill, want the 4 sleepers at least", n)
+	}
 	if _, err := os.Stat(runDir); err != nil {
 		t.Fatalf("run directory: %v", err)
 	}
@@ -198,12 +204,30 @@ subprocess.run(["sh", "-c", "sleep ` + mark + `4 >/dev/null 2>&1 &"])
 		t.Fatalf("wait: %+v, %v", e, err)
 	}
 	ps := srv.Run(t, "ps -eo pid,args")
-	if strings.Contains(ps, "sleep "+mark) || strings.Contains(ps, "kennel._boot") {
+	if strings.Contains(ps, "sleep "+mark) {
 		t.Fatalf("processes outlived the kill:\n%s", ps)
+	}
+	// Only this run's processes count (other tests run local kernels on this machine,
+	// which is also the "remote" host): the kernel and everything it started carry the
+	// run's marker variable.
+	if n := countEnv(marker); n != 0 {
+		t.Fatalf("%d processes of the killed kernel outlived the kill", n)
 	}
 	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
 		t.Fatalf("run directory %s after the kill: %v", runDir, err)
 	}
+}
+
+// countEnv counts the live processes whose environment holds entry.
+func countEnv(entry []byte) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, env := range procs {
+		if b, err := os.ReadFile(env); err == nil && bytes.Contains(b, entry) {
+			n++
+		}
+	}
+	return n
 }
 
 // lockedWriter is the kernel's stderr sink; the test never reads it while the kernel runs.
