@@ -72,6 +72,9 @@ type cellRun struct {
 	done chan struct{}
 	res  *protocol.Done
 	err  error
+	// ended, when set, runs once right after the cell ended, on the goroutine that ended
+	// it (the kernel's reader, or whoever failed the kernel): it must not block.
+	ended func()
 }
 
 func (c *cellRun) stream(name, text string) {
@@ -91,6 +94,9 @@ func (c *cellRun) finish(d *protocol.Done, err error) {
 	c.once.Do(func() {
 		c.res, c.err = d, err
 		close(c.done)
+		if c.ended != nil {
+			c.ended()
+		}
 	})
 }
 

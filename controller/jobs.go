@@ -288,6 +288,7 @@ func (s *Session) ExecuteWait(ctx context.Context, code string, budget time.Dura
 	}
 	r.job = job
 	r.cell = &cellRun{sink: cellJobSink{job: job, next: sink}, done: make(chan struct{})}
+	r.cell.ended = r.cellEnded
 	s.jobs.add(r)
 
 	kc.mu.Lock()
@@ -299,7 +300,6 @@ func (s *Session) ExecuteWait(ctx context.Context, code string, budget time.Dura
 	}
 	kc.cells[cellID] = r.cell
 	kc.mu.Unlock()
-	go r.watchCell()
 
 	if err := kc.writeFrame(protocol.Execute{ID: cellID, Code: code}); err != nil {
 		kc.fail(err)
@@ -308,10 +308,10 @@ func (s *Session) ExecuteWait(ctx context.Context, code string, budget time.Dura
 	return r.wait(ctx, deadline), nil
 }
 
-// watchCell ends a cell job once its cell has ended: the result first, then the end.
-func (r *jobRun) watchCell() {
+// cellEnded ends a cell job once its cell has ended: the result first, then the end. It
+// runs on the goroutine that ended the cell, without a hop of its own.
+func (r *jobRun) cellEnded() {
 	c := r.cell
-	<-c.done
 	if c.err != nil {
 		r.endWithout(c.err, jobs.End{})
 		return

@@ -159,4 +159,3 @@ func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
 	s.account(e, j)
 	writeJSON(w, http.StatusOK, api.StopReply{Job: toJob(j)})
 }
-

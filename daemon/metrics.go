@@ -129,4 +129,3 @@ func (s *Server) account(e *entry, j *jobs.Job) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.handler.ServeHTTP(w, r)
 }
-

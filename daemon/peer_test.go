@@ -22,15 +22,15 @@ const peerClient = `
 import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
-s.sendall(b"GET /sessions HTTP/1.1\r\nHost: kennel\r\nConnection: close\r\n\r\n")
 data = b""
 try:
+    s.sendall(b"GET /sessions HTTP/1.1\r\nHost: kennel\r\nConnection: close\r\n\r\n")
     while True:
         b = s.recv(65536)
         if not b:
             break
         data += b
-except ConnectionResetError:
+except (ConnectionResetError, BrokenPipeError):
     print("RESET")
     sys.exit(0)
 print("EOF:%d:%s" % (len(data), data[:20].decode("latin-1")))

@@ -32,11 +32,36 @@ type entry struct {
 	closed    bool
 }
 
-// addJob records a job started through the API.
+// pruneAt is how many job ids an entry holds before it forgets those its session's table
+// no longer keeps (the table keeps the live jobs and the newest ended ones).
+const pruneAt = 4 * jobs.DefaultRetain
+
+// addJob records a job started through the API. Ids the table forgot are dropped once
+// the list grows past pruneAt, so the list stays bounded by what the table keeps.
 func (e *entry) addJob(id jobs.ID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if len(e.jobIDs) > 0 && e.jobIDs[len(e.jobIDs)-1] == id {
+		return
+	}
 	e.jobIDs = append(e.jobIDs, id)
+	if len(e.jobIDs) < pruneAt {
+		return
+	}
+	kept := e.jobIDs[:0]
+	for _, j := range e.jobIDs {
+		if _, ok := e.sess.Jobs().Job(j); ok {
+			kept = append(kept, j)
+		} else {
+			delete(e.accounted, j)
+		}
+	}
+	e.jobIDs = kept
+	for j := range e.accounted {
+		if _, ok := e.sess.Jobs().Job(j); !ok {
+			delete(e.accounted, j)
+		}
+	}
 }
 
 // jobList returns the ids of the jobs the session knows: those started through the API

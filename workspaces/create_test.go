@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -213,4 +214,75 @@ func TestCreateWithTheStateInsideTheParent(t *testing.T) {
 	if got := readTree(t, res.Path()); !maps.Equal(got, tree(t, "file a=1")) {
 		t.Fatalf("the copy holds %v", got)
 	}
+}
+
+// TestCreateSplitsLargeDirectoriesAndKeepsModes checks a copy by several workers of a
+// directory larger than one job (split over workers), files at the top and deep down,
+// and modes the umask or a clone would change (read-only, setuid, setgid, sticky): both
+// copies hold every file, the child's copy with its exact mode and modification time;
+// a socket and a FIFO are left out.
+func TestCreateSplitsLargeDirectoriesAndKeepsModes(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	specs := []string{"file top=t", "file big/sub/deep/x=x", "link big/l->sub/deep/x"}
+	for i := range 3*copyBatch + 7 {
+		specs = append(specs, fmt.Sprintf("file big/f%04d=%s", i, strings.Repeat("b", i%50)))
+	}
+	modes := map[string]fs.FileMode{
+		"ro": 0o444, "x": 0o755, "group": 0o664, "open": 0o777, "private": 0o600,
+		"setuid": fs.ModeSetuid | 0o755, "setgid": fs.ModeSetgid | 0o755, "sticky": fs.ModeSticky | 0o644,
+	}
+	for name := range modes {
+		specs = append(specs, fmt.Sprintf("file modes/%s=%s", name, name))
+	}
+	mkTreeT(t, parent, specs...)
+	old := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	for name, mode := range modes {
+		p := filepath.Join(parent, "modes", name)
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mkfifo(filepath.Join(parent, "big", "fifo")); err != nil {
+		t.Fatal(err)
+	}
+	sock, err := net.Listen("unix", filepath.Join(parent, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	want := readTree(t, parent)
+	delete(want, "big/fifo")
+	delete(want, "sock")
+	res, err := Create(context.Background(), parent, CreateOptions{State: filepath.Join(dir, "state"), ID: "c", Workers: 3, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readTree(t, res.Path()); !maps.Equal(got, want) {
+		t.Fatalf("the copy differs from the parent:\n%v\nwant\n%v", got, want)
+	}
+	if got := readTree(t, res.Base()); !maps.Equal(got, private(want)) {
+		t.Fatalf("the base differs from the parent:\n%v", got)
+	}
+	if n := 3*copyBatch + 7 + 2 + len(modes); res.Files != n || res.Symlinks != 1 || res.Cloned+res.Copied != 2*n {
+		t.Fatalf("result %+v, want %d files", res, n)
+	}
+	for name, mode := range modes {
+		st, err := os.Stat(filepath.Join(res.Path(), "modes", name))
+		if err != nil || st.Mode()&^fs.ModeType != mode || !st.ModTime().Equal(old) {
+			t.Errorf("%s: mode %v time %v (%v), want %v %v", name, st.Mode(), st.ModTime(), err, mode, old)
+		}
+	}
+}
+
+// mkTreeT makes root and the tree of specs (see tree) under it.
+func mkTreeT(t *testing.T, root string, specs ...string) {
+	t.Helper()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTree(t, root, tree(t, specs...))
 }

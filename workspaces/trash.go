@@ -130,8 +130,8 @@ func removeTrashNow(ctx context.Context, trash string, wait bool) error {
 	if err := removeBelow(ctx, fd, trash); err != nil {
 		return err
 	}
+	// Not empty: a hand-back moved more in meanwhile, and removes that itself.
 	if err := unix.Rmdir(trash); err != nil && err != unix.ENOENT && err != unix.ENOTEMPTY && err != unix.EEXIST {
-		// Not empty: a hand-back moved more in meanwhile; it removes that itself.
 		return fmt.Errorf("remove %s: %w", trash, err)
 	}
 	return nil

@@ -12,6 +12,7 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd(), newImageCmd())
+	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd(), newImageCmd(),
+		newServeCmd(), newPsCmd(), newCreateCmd(), newExecCmd(), newJobsCmd(), newLogsCmd(), newStopCmd(), newRmCmd())
 	return root
 }

@@ -100,41 +100,31 @@ func (s *headScanner) member(h []byte, i int, key string, k int, val *[]byte) (i
 
 // fromMembers reads the head of a line the validator accepted from the members it
 // recorded, with the same rules as scan on line[:headSize]: each string it uses must
-// close before headSize.
+// close before headSize. The validator has said which decided-on key each member's key
+// names (topKey decodes escapes as scan does).
 func (s *headScanner) fromMembers(line []byte, ms []member, headSize int) (hd head) {
 	var ok bool
-	if hd.event, ok = s.memberValue(line, ms, 0, "event", headSize); !ok {
+	if hd.event, ok = s.memberValue(line, ms, 0, keyEvent, headSize); !ok {
 		hd.why = whyNoEvent
 		return hd
 	}
-	if hd.id, ok = s.memberValue(line, ms, 1, "id", headSize); !ok {
+	if hd.id, ok = s.memberValue(line, ms, 1, keyID, headSize); !ok {
 		hd.why = whyNoID
 		return hd
 	}
 	hd.ok = true
 	if string(hd.event) == eventHostRequest {
-		hd.typ, hd.hasType = s.memberValue(line, ms, 2, "type", headSize)
+		hd.typ, hd.hasType = s.memberValue(line, ms, 2, keyType, headSize)
 	}
 	return hd
 }
 
-func (s *headScanner) memberValue(line []byte, ms []member, k int, key string, headSize int) ([]byte, bool) {
+func (s *headScanner) memberValue(line []byte, ms []member, k int, key uint8, headSize int) ([]byte, bool) {
 	if k >= len(ms) {
 		return nil, false
 	}
 	m := &ms[k]
-	if !m.str || m.ve >= headSize {
-		return nil, false
-	}
-	body := line[m.ks:m.ke]
-	if m.kesc {
-		if len(body) > 6*len(key) {
-			return nil, false
-		}
-		var tmp [32]byte
-		body = unescape(tmp[:0], body)
-	}
-	if string(body) != key {
+	if m.key != key || !m.str || m.ve >= headSize {
 		return nil, false
 	}
 	val := line[m.vs:m.ve]

@@ -68,10 +68,17 @@ func strSkipGo(b []byte) (n int, esc, high bool) {
 			}
 			acc |= uint64(c)
 		}
-		if i+1 < len(b) && b[i] == '\\' && simpleEscape[b[i+1]] {
-			esc = true
-			i += 2
-			continue
+		if i+1 < len(b) && b[i] == '\\' {
+			if simpleEscape[b[i+1]] {
+				esc = true
+				i += 2
+				continue
+			}
+			if b[i+1] == 'u' && len(b)-i >= 6 && hex4(b[i+2:i+6]) >= 0 {
+				esc = true
+				i += 6
+				continue
+			}
 		}
 		return i, esc, acc&msb != 0
 	}
@@ -84,7 +91,7 @@ var simpleEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': t
 // whether the body holds a byte >= 0x80, and the validator checks the line's UTF-8 once
 // at the end if any string did. A body that ends within its first eight bytes (most keys
 // and short values) is found inline; the rest goes to strSkip, which also steps over
-// two-byte escapes, so only \u escapes come back here.
+// valid escapes, so only a bad escape comes back here.
 func (v *validator) skip(b []byte, i int) (next int, esc bool, res int) {
 	if len(b)-i >= 8 {
 		x := binary.LittleEndian.Uint64(b[i:])

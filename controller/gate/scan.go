@@ -16,10 +16,9 @@ const smallBlocks = smallLine / 64
 // scan allocates nothing.
 type scanState struct {
 	blocks  [smallBlocks]blockMasks
-	quotes  [smallBlocks]uint64   // quotes that open or close a string (not escaped)
-	structs [smallBlocks]uint64   // where the tokens begin (see scan)
-	pos     [smallLine + 4]uint16 // where the tokens start, in order
-	tail    [64]byte              // the last block, when b's capacity ends before it
+	quotes  [smallBlocks]uint64 // quotes that open or close a string (not escaped)
+	structs [smallBlocks]uint64 // where the tokens begin (see scan)
+	tail    [64]byte            // the last block, when b's capacity ends before it
 }
 
 // scan is a fast validator for lines of up to smallLine bytes. It reports true when b
@@ -56,13 +55,13 @@ func (v *validator) scan(b []byte) bool {
 		classify(s.tail[:], s.blocks[whole/64:nb])
 	}
 
-	nt, ok, anyEsc, high := s.tokens(b, nb)
+	ok, anyEsc, high := s.tokens(b, nb)
 	if !ok {
 		return false
 	}
 
 	v.n = 0
-	if !v.walk(b, nt, anyEsc) {
+	if !v.walk(b, nb, anyEsc) {
 		return false
 	}
 	if high && !utf8.Valid(b) {
@@ -76,7 +75,7 @@ func (v *validator) scan(b []byte) bool {
 // strings and, per block, where tokens start (s.structs) and the quotes (s.quotes). It
 // reports false when b cannot be valid: a bad escape, a control byte in a string or
 // out of place, or a string left open. anyEsc reports a backslash; high a byte >= 0x80.
-func (s *scanState) tokens(b []byte, nb int) (nt int, ok, anyEsc, high bool) {
+func (s *scanState) tokens(b []byte, nb int) (ok, anyEsc, high bool) {
 	n := len(b)
 	var inC, escC, scC, hi uint64
 	for k := range nb {
@@ -85,7 +84,7 @@ func (s *scanState) tokens(b []byte, nb int) (nt int, ok, anyEsc, high bool) {
 			valid := uint64(1)<<(n&63) - 1
 			m.quote &= valid
 			m.backslash &= valid
-			m.op &= valid
+			// nothing
 			m.ctl &= valid
 			m.high &= valid
 			m.ws |= ^valid // past the end: as if whitespace
@@ -99,65 +98,53 @@ func (s *scanState) tokens(b []byte, nb int) (nt int, ok, anyEsc, high bool) {
 			for e := esc; e != 0; e &= e - 1 {
 				p := k<<6 | bits.TrailingZeros64(e)
 				if p >= n {
-					return 0, false, anyEsc, false
+					return false, anyEsc, false
 				}
 				if c := b[p]; !simpleEscape[c] && (c != 'u' || n-p < 5 || hex4(b[p+1:p+5]) < 0) {
-					return 0, false, anyEsc, false
+					return false, anyEsc, false
 				}
 			}
 		}
 		in := prefixXor(q) ^ inC // inside a string: from its opening quote to before its closing one
 		inC = uint64(int64(in) >> 63)
-		if m.ctl&(in|^m.ws) != 0 { // a control byte in a string, or one that is not whitespace
-			return 0, false, anyEsc, false
+		// A control byte in a string. (One outside that is not whitespace is a scalar
+		// byte, which no scalar accepts.)
+		if m.ctl&in != 0 {
+			return false, anyEsc, false
 		}
 		sc := ^(m.ws | m.op | q | in) // scalar bytes (and stray ones)
 		s.quotes[k] = q
-		// The token starts, listed four at a time whatever their count (simdjson's
-		// way: extra entries are overwritten or ignored), so it rarely branches.
-		t := m.op&^in | q&in | sc&^(sc<<1|scC)
-		base := uint16(k << 6)
-		cnt := bits.OnesCount64(t)
-		for j := nt; j < nt+cnt; j += 4 {
-			pos := s.pos[j : j+4 : j+4]
-			pos[0] = base + uint16(bits.TrailingZeros64(t))
-			t &= t - 1
-			pos[1] = base + uint16(bits.TrailingZeros64(t))
-			t &= t - 1
-			pos[2] = base + uint16(bits.TrailingZeros64(t))
-			t &= t - 1
-			pos[3] = base + uint16(bits.TrailingZeros64(t))
-			t &= t - 1
-		}
-		nt += cnt
+		s.structs[k] = m.op&^in | q&in | sc&^(sc<<1|scC)
 		scC = sc >> 63
 	}
-	return nt, inC == 0 && escC == 0, anyEsc, hi != 0
+	// A string left open is an error. (A last byte that escapes the next is in one, or
+	// is a scalar byte.)
+	return inC == 0, anyEsc, hi != 0
 }
 
 // walk checks the grammar over the nt token starts in v.sc.pos: one object, and
 // within it each container well formed, closed by its own kind. Each label is a state,
 // named by what may come next; v.obj is the stack of container kinds. At the top level
 // it checks each key (topLevelKey) and records the first members.
-func (v *validator) walk(b []byte, nt int, anyEsc bool) bool {
-	pos := v.sc.pos[:nt]
+func (v *validator) walk(b []byte, nb int, anyEsc bool) bool {
+	it := tokenIter{structs: v.sc.structs[:nb], t: v.sc.structs[0]}
 	var (
-		i, p, depth int
-		c           byte
-		inObj       bool // the innermost container is an object
+		p, depth int
+		c        byte
+		ok       bool
+		inObj    bool // the innermost container is an object
 	)
 	v.topKeys = 0
-	if nt == 0 || b[pos[0]] != '{' {
+	if p, ok = it.next(); !ok || b[p] != '{' {
 		return false
 	}
 	v.obj[0] |= 1
-	depth, i, inObj = 1, 1, true
+	depth, inObj = 1, true
 
 firstKey: // after '{': a key or '}'
-	if i >= nt {
+	if p, ok = it.next(); !ok {
 		return false
 	}
-	p, i = int(pos[i]), i+1
 	switch b[p] {
 	case '"':
 		goto key
@@ -167,28 +154,23 @@ firstKey: // after '{': a key or '}'
 	return false
 
 nextKey: // after ',' in an object: a key
-	if i >= nt {
-		return false
-	}
-	p, i = int(pos[i]), i+1
-	if b[p] != '"' {
+	if p, ok = it.next(); !ok || b[p] != '"' {
 		return false
 	}
 
 key: // a key opens at p; a ':' must follow
-	if depth == 1 && !v.topLevelKey(b, p, i, nt, anyEsc) {
+	if depth == 1 && !v.topLevelKey(b, p, it, anyEsc) {
 		return false
 	}
-	if i >= nt || b[pos[i]] != ':' {
+	if p, ok = it.next(); !ok || b[p] != ':' {
 		return false
 	}
-	i++
 
 value: // a value
-	if i >= nt {
+	if p, ok = it.next(); !ok {
 		return false
 	}
-	p, i = int(pos[i]), i+1
+firstValue: // a value at p
 	switch c = b[p]; c {
 	case '"':
 		goto after
@@ -201,11 +183,13 @@ value: // a value
 		}
 		v.obj[w] &^= bit
 		// after '[': a value or ']'
-		if i < nt && b[pos[i]] == ']' {
-			i++
+		if p, ok = it.next(); !ok {
+			return false
+		}
+		if b[p] == ']' {
 			goto closed
 		}
-		goto value
+		goto firstValue
 	case '}', ']', ':', ',':
 		return false
 	}
@@ -214,10 +198,9 @@ value: // a value
 	}
 
 after: // after a value: ',' or the container's closer
-	if i >= nt {
+	if p, ok = it.next(); !ok {
 		return false
 	}
-	p, i = int(pos[i]), i+1
 	switch b[p] {
 	case ',':
 		if inObj {
@@ -237,22 +220,43 @@ after: // after a value: ',' or the container's closer
 
 closed: // the innermost container closed
 	if depth--; depth == 0 {
-		return i == nt
+		_, ok = it.next()
+		return !ok
 	}
 	inObj = v.obj[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
 	goto after
 }
 
+// tokenIter yields the token starts of a line in order, from the masks of its blocks.
+type tokenIter struct {
+	structs []uint64
+	k       int    // the block of t
+	t       uint64 // the token starts of block k not yet yielded
+}
+
+func (it *tokenIter) next() (int, bool) {
+	for it.t == 0 {
+		if it.k++; it.k >= len(it.structs) {
+			return 0, false
+		}
+		it.t = it.structs[it.k]
+	}
+	p := it.k<<6 | bits.TrailingZeros64(it.t)
+	it.t &= it.t - 1
+	return p, true
+}
+
 // topLevelKey checks the top-level key whose string opens at p (a decided-on key may
-// come once) and records the member when it is among the first. i indexes the token
-// after the key: the ':' and then the value, whose string is recorded too.
-func (v *validator) topLevelKey(b []byte, p, i, nt int, anyEsc bool) bool {
+// come once) and records the member when it is among the first, with its value when
+// that is a string. it is the walk's iterator, just past the key.
+func (v *validator) topLevelKey(b []byte, p int, it tokenIter, anyEsc bool) bool {
 	s := &v.sc
 	e := s.closeQuote(p)
 	esc := anyEsc && bytes.IndexByte(b[p+1:e], '\\') >= 0
 	// Only an escaped key or one starting e, i or t can be a decided-on key.
+	var key uint8
 	if c := b[p+1]; esc || c == 'e' || c == 'i' || c == 't' {
-		if key := topKey(b[p+1:e], esc); key != 0 {
+		if key = topKey(b[p+1:e], esc); key != 0 {
 			if v.topKeys&key != 0 {
 				return false
 			}
@@ -264,9 +268,11 @@ func (v *validator) topLevelKey(b []byte, p, i, nt int, anyEsc bool) bool {
 	}
 	m := &v.members[v.n]
 	v.n++
-	m.ks, m.ke, m.kesc, m.str = p+1, e, esc, false
-	if i+1 < nt {
-		if q := int(s.pos[i+1]); b[q] == '"' {
+	m.ks, m.ke, m.kesc, m.str, m.key = p+1, e, esc, false, key
+	// The value's string, if it is one: two tokens on (after the ':'). A copy of the
+	// walk's iterator looks ahead.
+	if _, ok := it.next(); ok {
+		if q, ok := it.next(); ok && b[q] == '"' {
 			e := s.closeQuote(q)
 			m.vs, m.ve, m.str = q+1, e, true
 			m.vesc = anyEsc && bytes.IndexByte(b[q+1:e], '\\') >= 0

@@ -20,7 +20,8 @@ const (
 type member struct {
 	ks, ke, vs, ve int
 	kesc, vesc     bool
-	str            bool // the value is a string
+	str            bool  // the value is a string
+	key            uint8 // the decided-on key the key names (keyEvent, keyID, keyType), or 0
 }
 
 // validator checks that a line is exactly one JSON object, in valid UTF-8, with the keys
@@ -87,7 +88,7 @@ key: // at a key, whitespace skipped
 	if depth == 1 && v.n < len(v.members) {
 		m = &v.members[v.n]
 		v.n++
-		m.ks, m.str = i+1, false
+		m.ks, m.str, m.key = i+1, false, 0
 	}
 	{
 		ks := i + 1
@@ -100,6 +101,9 @@ key: // at a key, whitespace skipped
 					return vDupKey
 				}
 				topKeys |= k
+				if m != nil {
+					m.key = k
+				}
 			}
 		}
 	}

@@ -129,23 +129,9 @@ func checkUnescape(t interface{ Fatalf(string, ...any) }, lit []byte) {
 // TestStrSkipMatchesAByteLoop: the vector and the SWAR scanners agree with a byte loop
 // on every length and alignment, around every threshold byte and escape.
 func TestStrSkipMatchesAByteLoop(t *testing.T) {
-	naive := func(b []byte) (int, bool) {
-		esc := false
-		for i := 0; i < len(b); i++ {
-			c := b[i]
-			if c == '\\' && i+1 < len(b) && strings.IndexByte(`"\\/bfnrt`, b[i+1]) >= 0 {
-				esc = true
-				i++
-				continue
-			}
-			if c == '"' || c == '\\' || c < 0x20 {
-				return i, esc
-			}
-		}
-		return len(b), esc
-	}
+	naive := strSkipNaive
 	rapid.Check(t, func(t *rapid.T) {
-		common := rapid.SampledFrom([]byte{'a', ' ', '~', 0x7f, 0x80, 0xff, 0xc3, 0x21, 0x23, 0x5b, 0x5d, 'n', 'u'})
+		common := rapid.SampledFrom([]byte{'a', ' ', '~', 0x7f, 0x80, 0xff, 0xc3, 0x21, 0x23, 0x5b, 0x5d, 'n', 'u', '0', 'F', 'f', 'g'})
 		rare := rapid.SampledFrom([]byte{'"', '\\', '\\', '\\', 0, 0x1f, 0x20, 0x0a})
 		n := rapid.IntRange(0, 300).Draw(t, "n")
 		b := make([]byte, n)
@@ -186,4 +172,53 @@ func TestStrSkipMatchesAByteLoop(t *testing.T) {
 			}
 		}
 	})
+}
+
+// strSkipNaive is strSkip a byte at a time: the plainest statement of what it skips.
+func strSkipNaive(b []byte) (int, bool) {
+	esc := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c == '\\' && i+1 < len(b) && strings.IndexByte(`"\\/bfnrt`, b[i+1]) >= 0 {
+			esc = true
+			i++
+			continue
+		}
+		if c == '\\' && i+5 < len(b) && b[i+1] == 'u' && hex4(b[i+2:i+6]) >= 0 {
+			esc = true
+			i += 5
+			continue
+		}
+		if c == '"' || c == '\\' || c < 0x20 {
+			return i, esc
+		}
+	}
+	return len(b), esc
+}
+
+// TestStrSkipAtBlockBoundaries: the 64-byte vector scan against the byte loop with every
+// kind of escape and backslash run placed at every offset across a block boundary,
+// where the run's carry and a \u escape's digits cross from one block to the next.
+func TestStrSkipAtBlockBoundaries(t *testing.T) {
+	pieces := []string{`\n`, `\\`, `\\\\`, `\\\`, `\"`, `\u00e9`, `\u00E9`, `\u0g09`, `\u12`, `\x`, `\`, "\\\x01",
+		`"`, "\x01", "\x80", `\\\"`, `\/\b\f\r\t`}
+	for _, size := range []int{64, 65, 100, 127, 128, 129, 200} {
+		for _, p := range pieces {
+			for at := 0; at+len(p) <= size; at++ {
+				if at > 8 && at < 54 || at > 70 && at < 118 || at > 134 && at+len(p) < size-8 {
+					continue // far from a boundary and from the end
+				}
+				b := bytes.Repeat([]byte("a"), size)
+				copy(b[at:], p)
+				want, wantEsc := strSkipNaive(b)
+				got, esc, _ := strSkip(b)
+				if got != want || esc != wantEsc {
+					t.Fatalf("size %d, %q at %d: strSkip = %d, %v; want %d, %v", size, p, at, got, esc, want, wantEsc)
+				}
+				if got, esc, _ := strSkipGo(b); got != want || esc != wantEsc {
+					t.Fatalf("size %d, %q at %d: strSkipGo = %d, %v; want %d, %v", size, p, at, got, esc, want, wantEsc)
+				}
+			}
+		}
+	}
 }

@@ -1,0 +1,413 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/client"
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/settings"
+	"github.com/spf13/cobra"
+)
+
+// clientFlags are the flags every client verb takes.
+type clientFlags struct {
+	socket string
+	json   bool
+}
+
+func (f *clientFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.socket, "socket", "", "the daemon's socket (default: as kennel serve)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the API's JSON reply")
+}
+
+func (f *clientFlags) client() *client.Client {
+	s := f.socket
+	if s == "" {
+		s = daemon.DefaultSocket(os.Getenv)
+	}
+	return client.New(s)
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// splitJobRef splits "SESSION/JOB".
+func splitJobRef(ref string) (string, string, error) {
+	s, j, ok := strings.Cut(ref, "/")
+	if !ok || s == "" || j == "" {
+		return "", "", &exitError{code: 2, msg: fmt.Sprintf("%q: name a job as SESSION/JOB (e.g. 3f2a9c1b04de/j2)", ref)}
+	}
+	return s, j, nil
+}
+
+func newPsCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "ps [--json]",
+		Short: "List the daemon's sessions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := f.client()
+			defer c.Close()
+			l, err := c.Sessions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), api.SessionList{Sessions: l})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SESSION\tSTATE\tTRANSPORT\tJOBS\tCREATED\tCWD")
+			for _, s := range l {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, strOr(s.Kernel.State), strOr(s.Kernel.Transport),
+					intOr(s.Kernel.LiveJobCount), time.UnixMilli(s.CreatedAt).Format(time.DateTime), s.Cwd)
+			}
+			return tw.Flush()
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func strOr(p *string) string {
+	if p == nil {
+		return "-"
+	}
+	return *p
+}
+
+func intOr(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func newCreateCmd() *cobra.Command {
+	var f clientFlags
+	var dir, argv, key string
+	cmd := &cobra.Command{
+		Use:   "create [-C DIR] [--transport-argv ARGV] [--idempotency-key KEY] [--json]",
+		Short: "Create a session in a working directory and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				wd, err := os.Getwd()
+				if err != nil {
+					return err
+				}
+				dir = wd
+			}
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				return err
+			}
+			req := api.CreateSession{Cwd: abs}
+			if argv != "" {
+				a, err := settings.ParseArgv(argv)
+				if err != nil {
+					return &exitError{code: 2, msg: "--transport-argv: " + err.Error()}
+				}
+				req.Transport = &api.Transport{Kind: "wrapped", ArgvPrefix: a}
+			}
+			c := f.client()
+			defer c.Close()
+			s, err := c.CreateSession(cmd.Context(), req, client.CreateOptions{IdempotencyKey: key})
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), s)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&dir, "dir", "C", "", "the session's working directory (default: the current directory)")
+	cmd.Flags().StringVar(&argv, "transport-argv", "", "run the kernel under this wrapper ('docker exec -i box' or a JSON array)")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "a retried create with the same key returns the same session")
+	f.add(cmd)
+	return cmd
+}
+
+func newExecCmd() *cobra.Command {
+	var f clientFlags
+	var codes []string
+	var budget time.Duration
+	cmd := &cobra.Command{
+		Use:   "exec SESSION -c CODE [-c CODE]... [--budget D] [--json]",
+		Short: "Run cells in a session, streaming their output",
+		Long: `Run each -c as one cell in the session and stream its output. A cell's final value is
+printed; a failing cell prints its traceback and kennel exits 1. A cell still running after
+--budget detaches: kennel prints its job (SESSION/JOB, for kennel logs and kennel stop) and
+exits 3. With --json each cell's reply is printed as JSON instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(codes) == 0 {
+				return &exitError{code: 2, msg: "nothing to run: give -c CODE"}
+			}
+			c := f.client()
+			defer c.Close()
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			req := api.RunCell{}
+			if cmd.Flags().Changed("budget") {
+				b := budget.Milliseconds()
+				req.BudgetMS = &b
+			}
+			for _, code := range codes {
+				req.Code = code
+				var rep *api.CellReply
+				var err error
+				if f.json {
+					rep, err = c.RunCell(cmd.Context(), args[0], req)
+				} else {
+					rep, err = c.StreamCell(cmd.Context(), args[0], req, func(ev api.Event) {
+						switch ev.Type {
+						case "stream":
+							if ev.Name == "stderr" {
+								io.WriteString(errOut, ev.Text)
+							} else {
+								io.WriteString(out, ev.Text)
+							}
+						case "display":
+							fmt.Fprintln(out, string(ev.Data))
+						case "dropped":
+							fmt.Fprintf(errOut, "kennel: %d bytes of output not streamed (kennel logs reads them)\n", ev.Bytes)
+						}
+					})
+				}
+				if err != nil {
+					return err
+				}
+				if f.json {
+					if err := printJSON(out, rep); err != nil {
+						return err
+					}
+				}
+				if err := cellExit(rep, args[0], out, errOut, !f.json); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&codes, "code", "c", nil, "a cell of Python code (repeatable)")
+	cmd.Flags().DurationVar(&budget, "budget", 0, "detach a cell still running after this long (default 60s)")
+	f.add(cmd)
+	return cmd
+}
+
+// cellExit prints a cell's end (when human) and turns it into kennel's exit.
+func cellExit(rep *api.CellReply, session string, out, errOut io.Writer, human bool) error {
+	switch {
+	case rep.State == "detached":
+		if human {
+			fmt.Fprintf(errOut, "kennel: cell detached: job %s/%s\n", session, rep.Job)
+		}
+		return &exitError{code: 3}
+	case rep.Cell == nil:
+		msg := "the cell ended without its result"
+		if rep.Error != nil {
+			msg = rep.Error.Message
+		}
+		return &exitError{code: 1, msg: msg}
+	case rep.Cell.Status == "ok":
+		if human && rep.Cell.Result != nil {
+			fmt.Fprintln(out, *rep.Cell.Result)
+		}
+		return nil
+	case rep.Cell.Status == "interrupted":
+		if human {
+			fmt.Fprintln(errOut, "KeyboardInterrupt")
+		}
+		return &exitError{code: 130}
+	}
+	if human && rep.Cell.Exception != nil {
+		fmt.Fprint(errOut, strings.TrimRight(rep.Cell.Exception.Traceback, "\n")+"\n")
+	}
+	return &exitError{code: 1}
+}
+
+func newJobsCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "jobs SESSION [--json]",
+		Short: "List a session's jobs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := f.client()
+			defer c.Close()
+			l, err := c.Jobs(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), api.JobList{Jobs: l})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tSTATE\tPID\tSTARTED\tEND\tCOMMAND")
+			for _, j := range l {
+				end := "-"
+				if j.End != nil {
+					end = j.End.Text
+				}
+				cmdText := strings.ReplaceAll(j.Command, "\n", " ")
+				if r := []rune(cmdText); len(r) > 60 {
+					cmdText = string(r[:59]) + "…"
+				}
+				fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", args[0], j.ID, j.State, intOr(j.PID),
+					time.UnixMilli(j.StartedAt).Format(time.TimeOnly), end, cmdText)
+			}
+			return tw.Flush()
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newLogsCmd() *cobra.Command {
+	var f clientFlags
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs SESSION/JOB [--follow] [--json]",
+		Short: "Print a job's retained output, page by page",
+		Long: `Print a job's output as it was retained, read in 64 KiB pages. Output that was not
+retained (past the spill limit) ends the read with an error naming what is readable.
+--follow keeps reading until the job ends. With --json each page is printed as JSON.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sid, job, err := splitJobRef(args[0])
+			if err != nil {
+				return err
+			}
+			c := f.client()
+			defer c.Close()
+			var off int64
+			for {
+				p, err := c.Output(cmd.Context(), sid, job, off, 64<<10)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					if err := printJSON(cmd.OutOrStdout(), p); err != nil {
+						return err
+					}
+				} else if _, err := cmd.OutOrStdout().Write(p.Data); err != nil {
+					return err
+				}
+				off += int64(len(p.Data))
+				switch {
+				case p.EOF:
+					return nil
+				case p.More && !follow:
+					return nil
+				case p.More:
+					select {
+					case <-cmd.Context().Done():
+						return &exitError{code: 130}
+					case <-time.After(200 * time.Millisecond):
+					}
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep reading until the job ends")
+	f.add(cmd)
+	return cmd
+}
+
+func newStopCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "stop SESSION/JOB [--json]",
+		Short: "Stop a job and wait (up to 15 s) for its end",
+		Long: `Stop a job once and wait up to 15 s for its end. When the end is not confirmed the
+outcome is unknown: kennel exits 1 and does not retry; read the job (kennel jobs) before
+stopping it again.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sid, job, err := splitJobRef(args[0])
+			if err != nil {
+				return err
+			}
+			c := f.client()
+			defer c.Close()
+			j, err := c.StopJob(cmd.Context(), sid, job)
+			if err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), j)
+			}
+			end := "ended"
+			if j.End != nil {
+				end = j.End.Text
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s/%s: %s\n", sid, j.ID, end)
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newRmCmd() *cobra.Command {
+	var f clientFlags
+	cmd := &cobra.Command{
+		Use:   "rm SESSION... [--json]",
+		Short: "End sessions and their kernels",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := f.client()
+			defer c.Close()
+			type result struct {
+				ID      string     `json:"id"`
+				Removed bool       `json:"removed"`
+				Error   *api.Error `json:"error,omitempty"`
+			}
+			var results []result
+			failed := false
+			for _, id := range args {
+				err := c.DeleteSession(cmd.Context(), id)
+				r := result{ID: id, Removed: err == nil}
+				if err != nil {
+					failed = true
+					r.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+					var ae *api.Error
+					if ok := asAPI(err, &ae); ok {
+						r.Error = ae
+					}
+					if !f.json {
+						fmt.Fprintf(cmd.ErrOrStderr(), "kennel: rm %s: %v\n", id, err)
+					}
+				} else if !f.json {
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+				results = append(results, r)
+			}
+			if f.json {
+				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			}
+			if failed {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/transports/local"
+	"github.com/spf13/cobra"
+)
+
+// newServeCmd builds `kennel serve`: the daemon on its private socket.
+func newServeCmd() *cobra.Command {
+	var socket, state string
+	var debug bool
+	cmd := &cobra.Command{
+		Use:   "serve [--socket PATH] [--state DIR]",
+		Short: "Run the kennel daemon: many sessions behind an HTTP API on a private socket",
+		Long: `Run the daemon. It serves kennel's HTTP API (GET /openapi.json describes it) on a unix
+socket only your user can reach: by default kennel.sock in $XDG_RUNTIME_DIR/kennel, else in
+$TMPDIR/kennel-<uid> (/tmp when TMPDIR is unset).
+
+The socket's directory is created 0700 when missing; an existing one must be a real
+directory you own that group and others cannot write, or the daemon does not start. A
+connection from another user is closed before anything is read from it.
+
+A session created without a transport runs where the kernelTransport setting of the
+project at its working directory says (local kernels by default). SIGTERM or Ctrl-C stops
+the daemon: it stops accepting, ends every session and removes its socket.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			level := slog.LevelWarn
+			if debug {
+				level = slog.LevelDebug
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+			srv, err := daemon.New(daemon.Options{Socket: socket, StateDir: state, Logger: logger, Setup: settingsSetup()})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "kennel: serving on %s\n", srv.Socket())
+			return srv.Serve(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "the socket's path (default: see above)")
+	cmd.Flags().StringVar(&state, "state", "", "the daemon's private state directory (default: $XDG_STATE_HOME/kennel or ~/.local/state/kennel)")
+	cmd.Flags().BoolVar(&debug, "debug", false, "log the daemon's and the sessions' diagnostics to stderr")
+	return cmd
+}
+
+// settingsSetup is the daemon's session setup for kennel serve: a request that names a
+// transport gets it (daemon.DefaultSetup); one that names none gets what the settings of
+// the project at its working directory say, as `kennel run` does, failing closed. Local
+// kernels share one transport, so the interpreter is resolved once.
+func settingsSetup() daemon.SetupFunc {
+	explicit := daemon.DefaultSetup()
+	shared := sync.OnceValue(func() *local.Transport { return local.New(local.Options{}) })
+	return func(ctx context.Context, cwd string, req *api.Transport) (*daemon.Setup, error) {
+		if req != nil {
+			return explicit(ctx, cwd, req)
+		}
+		ks, err := setupKernel(cwd, "", os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		s := &daemon.Setup{
+			Transport:  ks.transport,
+			SandboxDir: ks.sandboxDir,
+			Env:        ks.env,
+			Handler:    fshost.New(ks.pathMap, fshost.Options{}),
+			Release:    func() { _ = ks.pathMap.Close() },
+			Warnings:   ks.warnings,
+		}
+		if _, ok := ks.transport.(*local.Transport); ok {
+			s.Transport = shared()
+		}
+		return s, nil
+	}
+}
