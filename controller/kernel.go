@@ -208,6 +208,9 @@ func (kc *kernelConn) serves(typ string) bool {
 // onRequest runs an accepted host request's handler on its own goroutine; its result or
 // error is the request's one reply.
 func (kc *kernelConn) onRequest(r gate.Request) {
+	if f := kc.s.opts.OnGateDecision; f != nil {
+		f("accepted")
+	}
 	line := append([]byte(nil), r.Line...) // r.Line is the gate's buffer, valid only during this call
 	go func() {
 		req, err := protocol.DecodeHostRequest(line)
@@ -243,6 +246,9 @@ func (kc *kernelConn) reply(id string, result any, err error) {
 }
 
 func (kc *kernelConn) onRefusal(r gate.Refusal) {
+	if f := kc.s.opts.OnGateDecision; f != nil {
+		f(string(r.Code))
+	}
 	rep := protocol.HostReply{
 		ID:     r.ID,
 		Status: r.Status,

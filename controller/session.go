@@ -85,6 +85,10 @@ type Options struct {
 	// before the controller kills its process group itself, and then how long before it
 	// ends the job itself when the kernel still has not reported the end. Zero means 2 s.
 	JobKillGrace time.Duration
+	// OnGateDecision, when set, is told of every host request the gate decided on:
+	// "accepted", or the refusal's code ("too_large", "unserved", "no_type", "duplicate").
+	// It runs on the kernel's reader goroutine and must not block (a counter, say).
+	OnGateDecision func(decision string)
 	// OnKernelEnd, when set, is told when a kernel generation ends and why (nil: a clean
 	// exit); it runs on the reader goroutine and must not block.
 	OnKernelEnd func(info transports.Info, cause error)

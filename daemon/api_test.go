@@ -311,7 +311,7 @@ func TestMetricsCountSessionsKernelsAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import kennel\ntry:\n    kennel.fs.read('/etc/passwd')\nexcept kennel.HostError as e:\n    print(e.code)\nprint('x'*60000)"})
+	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import kennel\ntry:\n    kennel.fs.read('/etc/passwd')\nexcept kennel.HostError as e:\n    print(e.code)\ntry:\n    kennel.host_request('no.such')\nexcept kennel.HostError:\n    pass\nprint('x'*60000)"})
 	if err != nil || !strings.HasPrefix(rep.Output.Text, "outside\n") || rep.Output.DroppedBytes == 0 {
 		t.Fatalf("cell: %+v %v", rep.Output.Notice, err)
 	}
@@ -327,6 +327,8 @@ func TestMetricsCountSessionsKernelsAndRefusals(t *testing.T) {
 		`kennel_job_output_bytes_total{kind="dropped"}`,
 		`kennel_job_output_bytes_total{kind="kept"}`,
 		`kennel_cells_total{state="settled"} 1`,
+		`kennel_frames_total{decision="accepted"} 1`,
+		`kennel_frames_total{decision="unserved"} 1`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q:\n%s", want, m)

@@ -18,6 +18,7 @@ type metrics struct {
 	reg          *prometheus.Registry
 	peers        prometheus.Counter
 	hostRequests *prometheus.CounterVec
+	frames       *prometheus.CounterVec
 	fsRefused    *prometheus.CounterVec
 	conflicts    prometheus.Counter
 	jobBytes     *prometheus.CounterVec
@@ -35,6 +36,9 @@ func newMetrics(r *registry) *metrics {
 		hostRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kennel_host_requests_total", Help: "Host requests the gate accepted and a handler answered, by type and result (ok or the refusal's code).",
 		}, []string{"type", "result"}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kennel_frames_total", Help: "Host-request frames the gate decided on, by decision (accepted, or the refusal's code: too_large, unserved, no_type, duplicate).",
+		}, []string{"decision"}),
 		fsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kennel_fs_requests_refused_total", Help: "fs.* host requests refused, by error code.",
 		}, []string{"code"}),
@@ -51,13 +55,16 @@ func newMetrics(r *registry) *metrics {
 			Name: "kennel_sessions_ended_total", Help: "Sessions ended (deleted, handed back or shut down).",
 		}),
 	}
-	m.reg.MustRegister(m.peers, m.hostRequests, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
+	m.reg.MustRegister(m.peers, m.hostRequests, m.frames, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
 		&sessionCollector{reg: r})
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
 func (m *metrics) peerRefused(int) { m.peers.Inc() }
+
+// gateDecision counts one gate decision (controller.Options.OnGateDecision).
+func (m *metrics) gateDecision(decision string) { m.frames.WithLabelValues(decision).Inc() }
 func (m *metrics) sessionEnded()   { m.ended.Inc() }
 
 var (

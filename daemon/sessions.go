@@ -73,15 +73,16 @@ func (s *Server) startSession(ctx context.Context, req api.CreateSession, parent
 		handler = countingHandler{h: setup.Handler, m: s.metrics}
 	}
 	sess, err := controller.Start(ctx, controller.Options{
-		Transport:  setup.Transport,
-		Dir:        req.Cwd,
-		SandboxDir: setup.SandboxDir,
-		Env:        setup.Env,
-		Handler:    handler,
-		Logger:     s.log,
-		Bundle:     s.bundle,
-		Truncation: trunc,
-		StateDir:   s.opts.StateDir,
+		Transport:      setup.Transport,
+		Dir:            req.Cwd,
+		SandboxDir:     setup.SandboxDir,
+		Env:            setup.Env,
+		Handler:        handler,
+		Logger:         s.log,
+		Bundle:         s.bundle,
+		Truncation:     trunc,
+		StateDir:       s.opts.StateDir,
+		OnGateDecision: s.metrics.gateDecision,
 	})
 	if err != nil {
 		release()

@@ -84,7 +84,7 @@ func (s *scanState) tokens(b []byte, nb int) (ok, anyEsc, high bool) {
 			valid := uint64(1)<<(n&63) - 1
 			m.quote &= valid
 			m.backslash &= valid
-			// nothing
+			m.op &= valid
 			m.ctl &= valid
 			m.high &= valid
 			m.ws |= ^valid // past the end: as if whitespace
