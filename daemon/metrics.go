@@ -65,7 +65,7 @@ func (m *metrics) peerRefused(int) { m.peers.Inc() }
 
 // gateDecision counts one gate decision (controller.Options.OnGateDecision).
 func (m *metrics) gateDecision(decision string) { m.frames.WithLabelValues(decision).Inc() }
-func (m *metrics) sessionEnded()   { m.ended.Inc() }
+func (m *metrics) sessionEnded()                { m.ended.Inc() }
 
 var (
 	descSessions = prometheus.NewDesc("kennel_sessions", "Sessions the daemon owns, by transport.", []string{"transport"}, nil)
