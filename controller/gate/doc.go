@@ -36,18 +36,23 @@
 // decoded exactly as encoding/json decodes them (a lone surrogate becomes U+FFFD), and
 // JSON whitespace is allowed between tokens. Whole lines are checked by a validator that
 // accepts exactly what json.Valid accepts (nesting up to 10000) when the line is valid
-// UTF-8 and an object. It allocates nothing, finds the end of short string runs eight
-// bytes a step (SWAR) and of long ones 64 bytes a step with AVX2 where the CPU has it (the
-// build tag purego keeps it to Go), and checks UTF-8 only on lines holding non-ASCII bytes.
-// A within-limit line's head is taken from the validator's pass; only a line over the
-// limit is scanned for its head alone.
+// UTF-8 and an object, and allocates nothing. A line of up to 2 KiB is tried first with a
+// structural scan, as simdjson does it: vector compares classify each 64-byte block into
+// bit masks, bit arithmetic finds the escapes, the strings and where each token starts,
+// and a walk over the tokens checks the grammar. Longer lines, and any line the scan does
+// not accept (the verdict and its reason come from here), are checked token by token,
+// with string bodies crossed 64 bytes a step, escapes included, by AVX2 where the CPU has
+// it. The build tag purego keeps both to Go (and the scan off). UTF-8 is checked only on
+// lines holding non-ASCII bytes. A within-limit line's head is taken from the
+// validator's pass; only a line over the limit is scanned for its head alone.
 //
 // Memory: the gate holds a line whole only while it is within the limit, so its buffer
 // grows to about MaxLine at most (and shrinks back once long lines stop). Past the limit
 // it reads the rest of the line through that buffer and keeps none of it. A Frame's or a
 // Request's Line is the gate's buffer, valid only during the callback that receives it
 // (as with bufio.Scanner.Bytes): a handler that runs on copies it first. IDs and types
-// are strings the receiver may keep; accepting a request allocates nothing per request.
+// are strings the receiver may keep; accepting a request allocates nothing per request
+// (ids are copied into shared 4 KiB blocks, so a kept id keeps its block alive).
 //
 // Use:
 //

@@ -27,7 +27,9 @@ func TestIDSetEqualsNewestN(t *testing.T) {
 				t.Fatalf("lookup(%q) = %v, want %v (newest %v)", id, got, want, accepted[max(0, len(accepted)-size):])
 			}
 			if !got {
-				s.add([]byte(id), h)
+				if got := s.add([]byte(id), h); got != id {
+					t.Fatalf("add(%q) returned %q", id, got)
+				}
 				accepted = append(accepted, id)
 			}
 			// Every slot in use holds its ring entry's hash, and lies in the probe run
@@ -50,6 +52,29 @@ func TestIDSetEqualsNewestN(t *testing.T) {
 			}
 			if used != s.n {
 				t.Fatalf("%d slots in use, %d ids held", used, s.n)
+			}
+		}
+	})
+}
+
+// TestArenaStringsKeep: every string the arena hands out equals the bytes it was given,
+// and still does after many more strings (and new blocks), whatever the source bytes
+// do afterwards.
+func TestArenaStringsKeep(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var a idArena
+		var got, want []string
+		for range rapid.IntRange(1, 400).Draw(t, "n") {
+			b := []byte(rapid.StringN(0, arenaMaxID+20, -1).Draw(t, "id"))
+			want = append(want, string(b))
+			got = append(got, a.string(b))
+			for i := range b {
+				b[i] ^= 0xff // the caller's buffer is reused
+			}
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("string %d is %q, was given %q", i, got[i], want[i])
 			}
 		}
 	})

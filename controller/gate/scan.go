@@ -7,7 +7,7 @@ import (
 )
 
 // smallLine is the longest line the structural scan takes. Longer lines spend their
-// time in long strings, which validator.object's string skipping crosses faster.
+// time in long strings, which check's string skipping crosses faster.
 const smallLine = 2048
 
 const smallBlocks = smallLine / 64
@@ -17,7 +17,7 @@ const smallBlocks = smallLine / 64
 type scanState struct {
 	blocks  [smallBlocks]blockMasks
 	quotes  [smallBlocks]uint64 // quotes that open or close a string (not escaped)
-	structs [smallBlocks]uint64 // where the tokens begin (see scan)
+	structs [smallBlocks]uint64 // where the tokens start (see tokens)
 	tail    [64]byte            // the last block, when b's capacity ends before it
 }
 
@@ -64,17 +64,13 @@ func (v *validator) scan(b []byte) bool {
 	if !v.walk(b, nb, anyEsc) {
 		return false
 	}
-	if high && !utf8.Valid(b) {
-		return false
-	}
-	v.high = high
-	return true
+	return !high || utf8.Valid(b)
 }
 
 // tokens is the scan's second stage: from the classified blocks of b it finds the
 // strings and, per block, where tokens start (s.structs) and the quotes (s.quotes). It
-// reports false when b cannot be valid: a bad escape, a control byte in a string or
-// out of place, or a string left open. anyEsc reports a backslash; high a byte >= 0x80.
+// reports false when b cannot be valid: a bad escape, a control byte in a string, or a
+// string left open. anyEsc reports a backslash; high a byte >= 0x80.
 func (s *scanState) tokens(b []byte, nb int) (ok, anyEsc, high bool) {
 	n := len(b)
 	var inC, escC, scC, hi uint64
@@ -122,10 +118,10 @@ func (s *scanState) tokens(b []byte, nb int) (ok, anyEsc, high bool) {
 	return inC == 0, anyEsc, hi != 0
 }
 
-// walk checks the grammar over the nt token starts in v.sc.pos: one object, and
-// within it each container well formed, closed by its own kind. Each label is a state,
-// named by what may come next; v.obj is the stack of container kinds. At the top level
-// it checks each key (topLevelKey) and records the first members.
+// walk checks the grammar over the token starts of the line's nb blocks (tokens): one
+// object, and within it each container well formed and closed by its own kind. Each
+// label is a state, named by what may come next; v.obj is the stack of container kinds.
+// At the top level it checks each key (topLevelKey) and records the first members.
 func (v *validator) walk(b []byte, nb int, anyEsc bool) bool {
 	it := tokenIter{structs: v.sc.structs[:nb], t: v.sc.structs[0]}
 	var (
