@@ -17,7 +17,7 @@ import time
 
 from kennel import _frames
 
-_READ = 1 << 20
+_READ = 1 << 16
 
 _TICK_MS = 50
 
