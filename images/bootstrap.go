@@ -6,11 +6,31 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
 //go:embed bootstrap.py
-var bootstrapProgram string
+var bootstrapSource string
+
+// bootstrapProgram is bootstrap.py as a -c program: comments and blank lines dropped, the
+// size limit filled in.
+var bootstrapProgram = func() string {
+	var b strings.Builder
+	for line := range strings.Lines(strings.ReplaceAll(bootstrapSource, "MAX_BUNDLE", strconv.Itoa(MaxBootstrapZip))) {
+		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") || t == "" {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}()
+
+// BootstrapProgram returns the -c program of BootstrapArgv, for a transport that runs it
+// after a prelude of its own: it reads BootstrapPayload from stdin, checks it against the
+// hash in sys.argv[1], and runs the stub from memory.
+func BootstrapProgram() string { return bootstrapProgram }
 
 // MaxBootstrapZip is the largest zip the bootstrap program accepts.
 const MaxBootstrapZip = 64 << 20

@@ -153,7 +153,7 @@ func TestLoaderRefusesBadPayloads(t *testing.T) {
 		{"stored but another hash", lengthPrefixed(storedZip(t, "kennel/__init__.py", "", zip.Store))},
 	} {
 		out, stderr, code := runProgram(t, python, prelude+"\n"+loader, b.Hash(), append(append([]byte(nil), block...), c.payload...))
-		if code != 2 || out != "" || !strings.Contains(stderr, "kennel wrapped:") {
+		if code != 2 || out != "" || !strings.Contains(stderr, "kennel bootstrap:") {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2, no stdout, a message", c.name, code, out, stderr)
 		}
 	}

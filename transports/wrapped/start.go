@@ -26,14 +26,11 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 //go:embed prelude.py
 var preludeSource string
 
-//go:embed loader.py
-var loaderSource string
-
 // prelude is the -c program's head that reads the start block (see prelude.py).
 var prelude = program(preludeSource, "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))
 
-// loader reads the bundle from stdin, checks it and runs the stub (see loader.py).
-var loader = program(loaderSource, "MAX_BUNDLE", strconv.Itoa(images.MaxBootstrapZip))
+// loader reads the bundle from stdin, checks it and runs the stub (images/bootstrap.py).
+var loader = images.BootstrapProgram()
 
 // program makes an embedded Python source an argv program: the constant name replaced
 // by its value, and the lines that hold only a comment left out (every kernel start
