@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,7 +26,7 @@ type kernel struct {
 	termGrace  time.Duration
 
 	killCalled atomic.Bool
-	killOnce   sync.Once
+	ladder     *transports.Ladder
 
 	finished chan struct{} // closed once exit and err are set
 	exit     transports.Exit
@@ -44,6 +43,7 @@ func newKernel(proc *reaper.Process, stdin, stdout *os.File, stdinGrace, termGra
 		termGrace:  termGrace,
 		finished:   make(chan struct{}),
 	}
+	k.newLadder()
 	go k.watch()
 	return k
 }
@@ -79,46 +79,17 @@ func (k *kernel) Info() transports.Info { return k.info }
 // returns ctx's cause and the stages go on.
 func (k *kernel) Kill(ctx context.Context) error {
 	k.killCalled.Store(true)
-	k.killOnce.Do(func() { go k.stages() })
-	select {
-	case <-k.finished:
-		return nil
-	default:
-	}
-	select {
-	case <-k.finished:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kill local kernel %d: %w", k.info.PID, context.Cause(ctx))
-	}
+	return k.ladder.Kill(ctx, fmt.Sprintf("local kernel %d", k.info.PID))
 }
 
-func (k *kernel) stages() {
-	k.stdin.Close()
-	if k.endsWithin(k.stdinGrace) {
-		return
-	}
-	_ = k.proc.Terminate()
-	if k.endsWithin(k.termGrace) {
-		return
-	}
-	_ = k.proc.Kill()
-	if k.endsWithin(reaperGrace) {
-		return
-	}
-	_ = k.proc.KillReaper()
-}
-
-// endsWithin reports whether the kernel ended within d.
-func (k *kernel) endsWithin(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-k.finished:
-		return true
-	case <-t.C:
-		return false
-	}
+// newLadder sets up the kill stages of Kill.
+func (k *kernel) newLadder() {
+	k.ladder = &transports.Ladder{Ended: k.finished, Steps: []transports.Step{
+		{Act: func() { k.stdin.Close() }, Grace: k.stdinGrace},
+		{Act: func() { _ = k.proc.Terminate() }, Grace: k.termGrace},
+		{Act: func() { _ = k.proc.Kill() }, Grace: reaperGrace},
+		{Act: func() { _ = k.proc.KillReaper() }},
+	}}
 }
 
 // Wait blocks until the reaper has been reaped, that is until the kernel and everything

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +43,7 @@ type Kernel struct {
 	info   transports.Info
 
 	killCalled atomic.Bool
-	killOnce   sync.Once
+	ladder     *transports.Ladder
 	exitSeen   chan struct{}
 	finished   chan struct{}
 	exit       transports.Exit
@@ -87,6 +86,7 @@ func startKernel(ctx context.Context, c *xssh.Client, cfg kernelConfig) (*Kernel
 		exitSeen: make(chan struct{}),
 		finished: make(chan struct{}),
 	}
+	k.newLadder()
 	go k.watch()
 	return k, nil
 }
@@ -153,52 +153,25 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // Kill returns ctx's cause and the stages go on.
 func (k *Kernel) Kill(ctx context.Context) error {
 	k.killCalled.Store(true)
-	k.killOnce.Do(func() { go k.stages() })
-	select {
-	case <-k.finished:
-		return nil
-	default:
-	}
-	select {
-	case <-k.finished:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kill ssh kernel %s: %w", k.cfg.runID, context.Cause(ctx))
-	}
+	return k.ladder.Kill(ctx, fmt.Sprintf("ssh kernel %s", k.cfg.runID))
 }
 
-func (k *Kernel) stages() {
-	_ = k.stdin.Close()
-	if k.exitsWithin(k.cfg.stdinGrace) {
-		return
-	}
-	k.signal("TERM")
-	if k.exitsWithin(k.cfg.termGrace) {
-		return
-	}
-	k.signal("KILL")
-	if k.exitsWithin(5 * time.Second) {
-		return
-	}
-	// The host does not answer: give the session up.
-	k.sess.Close()
+// newLadder sets up the kill stages of Kill: stdin EOF, then TERM and KILL to the
+// kernel's process group by remote commands, then (the host does not answer) giving the
+// session up; climbing stops once the kernel exited, Kill returns once it is released.
+func (k *Kernel) newLadder() {
+	k.ladder = &transports.Ladder{Ended: k.exitSeen, Finished: k.finished, Steps: []transports.Step{
+		{Act: func() { _ = k.stdin.Close() }, Grace: k.cfg.stdinGrace},
+		{Act: func() { k.signal("TERM") }, Grace: k.cfg.termGrace},
+		{Act: func() { k.signal("KILL") }, Grace: 5 * time.Second},
+		{Act: func() { k.sess.Close() }},
+	}}
 }
 
 func (k *Kernel) signal(action string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, action)
-}
-
-func (k *Kernel) exitsWithin(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-k.exitSeen:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // Wait blocks until the remote kernel has exited and the host has been swept (every

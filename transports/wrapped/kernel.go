@@ -36,7 +36,7 @@ type Kernel struct {
 	drainGrace time.Duration
 
 	killCalled atomic.Bool
-	killOnce   sync.Once
+	ladder     *transports.Ladder
 
 	mu     sync.Mutex // guards exited against signals to the group
 	exited bool       // the wrapper is a zombie or reaped: its group id may be reused
@@ -61,6 +61,7 @@ func newKernel(cmd *exec.Cmd, stdin, stdout, stderr *os.File, stderrTo io.Writer
 		exitSeen:   make(chan struct{}),
 		finished:   make(chan struct{}),
 	}
+	k.newLadder()
 	var copied chan struct{}
 	if stderr != nil {
 		k.stderr = &pipeReader{f: stderr}
@@ -151,30 +152,17 @@ func (k *Kernel) WrapperPID() int { return k.pid }
 // sandbox still runs is the stub's to end: the host cannot name its processes.
 func (k *Kernel) Kill(ctx context.Context) error {
 	k.killCalled.Store(true)
-	k.killOnce.Do(func() { go k.stages() })
-	select {
-	case <-k.finished:
-		return nil
-	default:
-	}
-	select {
-	case <-k.finished:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kill wrapped kernel %d: %w", k.pid, context.Cause(ctx))
-	}
+	return k.ladder.Kill(ctx, fmt.Sprintf("wrapped kernel %d", k.pid))
 }
 
-func (k *Kernel) stages() {
-	_ = k.stdin.Close()
-	if k.exitsWithin(k.stdinGrace) {
-		return
-	}
-	k.signalGroup(syscall.SIGTERM)
-	if k.exitsWithin(k.termGrace) {
-		return
-	}
-	k.signalGroup(syscall.SIGKILL)
+// newLadder sets up the kill stages of Kill: stdin EOF, TERM and KILL to the wrapper's
+// group; climbing stops once the wrapper exited, Kill returns once it is released.
+func (k *Kernel) newLadder() {
+	k.ladder = &transports.Ladder{Ended: k.exitSeen, Finished: k.finished, Steps: []transports.Step{
+		{Act: func() { _ = k.stdin.Close() }, Grace: k.stdinGrace},
+		{Act: func() { k.signalGroup(syscall.SIGTERM) }, Grace: k.termGrace},
+		{Act: func() { k.signalGroup(syscall.SIGKILL) }},
+	}}
 }
 
 // signalGroup signals the wrapper's process group unless the wrapper has exited.
@@ -183,17 +171,6 @@ func (k *Kernel) signalGroup(sig syscall.Signal) {
 	defer k.mu.Unlock()
 	if !k.exited {
 		_ = syscall.Kill(-k.pid, sig)
-	}
-}
-
-func (k *Kernel) exitsWithin(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-k.exitSeen:
-		return true
-	case <-t.C:
-		return false
 	}
 }
 
