@@ -76,6 +76,7 @@ func DefaultStateDir() string {
 type jobSet struct {
 	table     *jobs.Table
 	outputDir string
+	fifoPool  *sync.Pool // read buffers of jobs' FIFOs (see jobFIFOs)
 
 	mu   sync.Mutex
 	runs map[jobs.ID]*jobRun
@@ -113,7 +114,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.jobs = jobSet{table: table, outputDir: dir, runs: make(map[jobs.ID]*jobRun)}
+	s.jobs = jobSet{table: table, outputDir: dir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun)}
 	return nil
 }
 
@@ -163,6 +164,7 @@ type jobRun struct {
 	frameID string    // the job id (shell jobs) or the cell id (cell jobs)
 	job     *jobs.Job // set right after Table.Start, before any frame can name the job
 	cell    *cellRun  // cell jobs
+	fifos   *jobFIFOs // shell jobs of a SameFS kernel: where their output comes; nil for frames
 
 	mu     sync.Mutex
 	pgid   int         // shell jobs of a HostPIDs kernel: the group verified at job_start
@@ -174,6 +176,9 @@ type jobRun struct {
 // ended), recording cause as the reason when this end is the one that takes. r.mu is
 // held across Finish, so a waiter woken by the end reads the cause that goes with it.
 func (r *jobRun) endWithout(cause error, end jobs.End) {
+	if r.fifos != nil {
+		r.fifos.stop()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	err := r.job.Finish(end)
@@ -204,6 +209,13 @@ func (r *jobRun) wait(ctx context.Context, deadline time.Time) JobWait {
 // session's. The job ends exactly once: with the kernel's job_end, or with an unknown end
 // when its kernel ends first (JobWait.Err then says why).
 //
+// For a transport whose kernel shares the host's file system (Capabilities.SameFS) the
+// job's stdout and stderr are FIFOs in OutputDir that the controller reads itself (the
+// kernel falls back to forwarding frames if it cannot open them); the kernel's job_end
+// then takes effect once both FIFOs reached end of file, or after Options.JobKillGrace
+// when a process that outlived the shell still holds one (the bytes read until then are
+// the job's output).
+//
 // Job.Kill goes through the job's owner: the kernel signals the job's process group
 // (SIGTERM); for a kernel whose pids are host pids (transports.Info.HostPIDs) the
 // controller also kills the group with SIGKILL if it is still there after
@@ -213,6 +225,12 @@ func (r *jobRun) wait(ctx context.Context, deadline time.Time) JobWait {
 // An invalid command (ErrInvalidCommand) or truncation (output.ErrInvalidLimits) is
 // refused, starting nothing.
 func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (*jobs.Job, error) {
+	return s.runJob(ctx, command, opts, nil)
+}
+
+// runJob is RunJob; edit, when not nil, may change the job_run frame before it is sent
+// (tests: a kernel that cannot open its FIFOs).
+func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, edit func(*protocol.JobRun)) (*jobs.Job, error) {
 	if err := checkCommand(command); err != nil {
 		return nil, err
 	}
@@ -231,6 +249,19 @@ func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (
 		return nil, fmt.Errorf("run job: %w", err)
 	}
 	r.job, r.frameID = job, job.ID().String()
+	frame := protocol.JobRun{ID: r.frameID, Command: command}
+	if s.opts.Transport.Capabilities().SameFS {
+		f, err := newJobFIFOs(s.jobs.outputDir, job, s.jobs.fifoPool)
+		if err != nil {
+			s.log.Warn("job output goes through frames", "job", job.ID(), "err", err)
+		} else {
+			r.fifos = f
+			frame.Stdout, frame.Stderr = f.paths[0], f.paths[1]
+		}
+	}
+	if edit != nil {
+		edit(&frame)
+	}
 	s.jobs.add(r)
 
 	kc.mu.Lock()
@@ -243,7 +274,7 @@ func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (
 	kc.jobs.runs[r.frameID] = r
 	kc.mu.Unlock()
 
-	if err := kc.writeFrame(protocol.JobRun{ID: r.frameID, Command: command}); err != nil {
+	if err := kc.writeFrame(frame); err != nil {
 		kc.fail(err)
 		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
 	}
@@ -571,6 +602,9 @@ func (kc *kernelConn) onJobFrame(f gate.Frame) {
 			log.Warn("job_start of no running job dropped", "id", e.ID)
 			return
 		}
+		if r.fifos != nil {
+			r.fifos.release() // the kernel has opened its ends, or never will
+		}
 		if err := r.job.SetPID(e.PID); err != nil {
 			log.Warn("job_start refused", "job", e.ID, "err", err)
 			return
@@ -605,9 +639,21 @@ func (kc *kernelConn) onJobFrame(f gate.Frame) {
 			r.endWithout(fmt.Errorf("%w: %w", ErrKernelExited, err), jobs.End{})
 			return
 		}
-		if err := r.job.Finish(end); err != nil && !errors.Is(err, jobs.ErrEnded) {
-			log.Warn("job end refused", "job", e.ID, "err", err)
+		if r.fifos == nil {
+			r.finish(end)
+			return
 		}
+		go func() {
+			r.fifos.drain(kc.s.opts.JobKillGrace)
+			r.finish(end)
+		}()
+	}
+}
+
+// finish ends the job with the kernel's end.
+func (r *jobRun) finish(end jobs.End) {
+	if err := r.job.Finish(end); err != nil && !errors.Is(err, jobs.ErrEnded) {
+		r.s.log.Warn("job end refused", "job", r.frameID, "err", err)
 	}
 }
 

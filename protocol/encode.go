@@ -149,19 +149,32 @@ func (f HostReply) AppendLine(dst []byte) ([]byte, error) {
 // MarshalLine returns the frame's line.
 func (f HostReply) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
 
-// JobRun asks the kernel to start shell job ID running `/bin/sh -c Command`.
+// JobRun asks the kernel to start shell job ID running `/bin/sh -c Command`. Stdout and
+// Stderr, when set, are paths (FIFOs the host reads, for a kernel that shares the host's
+// file system) the kernel opens for writing and gives the job as its stdout and stderr,
+// instead of pipes it reads and forwards as job_output frames; each is encoded only when
+// set.
 type JobRun struct {
 	ID      string
 	Command string
+	Stdout  string
+	Stderr  string
 }
 
 // FrameType returns "job_run".
 func (JobRun) FrameType() string { return TypeJobRun }
 
-// AppendLine appends `{"type":"job_run","id":...,"command":...}` and a newline. It never fails.
+// AppendLine appends `{"type":"job_run","id":...,"command":...}` (with "stdout" and
+// "stderr" after the command when set) and a newline. It never fails.
 func (f JobRun) AppendLine(dst []byte) ([]byte, error) {
 	dst = appendHead(dst, TypeJobRun, f.ID)
 	dst = appendString(appendKey(dst, "command"), f.Command)
+	if f.Stdout != "" {
+		dst = appendString(appendKey(dst, "stdout"), f.Stdout)
+	}
+	if f.Stderr != "" {
+		dst = appendString(appendKey(dst, "stderr"), f.Stderr)
+	}
 	return append(dst, '}', '\n'), nil
 }
 

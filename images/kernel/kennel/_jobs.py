@@ -5,12 +5,18 @@ there is none, checks the process every 50 ms). Output goes out as ``job_output`
 with the exact bytes read (base64, never decoded). ``job_end`` goes out exactly once, when
 the process has been reaped and either both pipes reached end of file, or the job was
 killed and its process group is empty (a process outside the group may hold a pipe).
+
+When ``job_run`` names ``stdout`` and ``stderr`` paths (FIFOs the host reads, for a kernel
+that shares the host's file system), the job writes to them directly: no pipes, no
+``job_output`` frames, and ``job_end`` goes out once the shell has been reaped. If either
+cannot be opened the job falls back to pipes and frames (with a ``log``).
 """
 
 from binascii import b2a_base64 as _b64
 import os
 import select
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -30,6 +36,28 @@ def _group_alive(pgid):
     except PermissionError:
         return True
     return True
+
+
+def _open_fifos(writer, job_id, stdout, stderr):
+    """Open the job's FIFOs for writing: (stdout fd, stderr fd), or None (with a log) when
+    either is not a string or cannot be opened now. A FIFO nobody reads is refused at once
+    (ENXIO) rather than waited for; the fds are blocking once open."""
+    fds = []
+    try:
+        for path in (stdout, stderr):
+            if not isinstance(path, str):
+                raise ValueError("path %r is not a string" % (path,))
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fds.append(fd)
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                raise ValueError("%s is not a FIFO" % (path,))
+            os.set_blocking(fd, True)
+    except (OSError, ValueError) as exc:
+        for fd in fds:
+            os.close(fd)
+        writer.log("warning", "job_run %r: output through frames: %s" % (job_id, exc))
+        return None
+    return tuple(fds)
 
 
 class Job:
@@ -74,8 +102,9 @@ class Jobs:
         with self._lock:
             return {job_id: job.proc.pid for job_id, job in self._jobs.items()}
 
-    def run(self, job_id, command):
-        """Start job ``job_id`` (from a ``job_run`` frame)."""
+    def run(self, job_id, command, stdout=None, stderr=None):
+        """Start job ``job_id`` (from a ``job_run`` frame); ``stdout`` and ``stderr``, when
+        given, are the paths of the FIFOs the job writes to."""
         writer = self._kernel.writer
         if not isinstance(command, str):
             writer.log("error", "job_run %r: command must be a string" % (job_id,))
@@ -88,22 +117,30 @@ class Jobs:
             if job_id in self._jobs:
                 writer.log("error", "job_run %r: a job with this id is running" % (job_id,))
                 return
+            fifos = None
+            if stdout is not None or stderr is not None:
+                fifos = _open_fifos(writer, job_id, stdout, stderr)
+            out, err = fifos if fifos is not None else (subprocess.PIPE, subprocess.PIPE)
             try:
                 proc = subprocess.Popen(
                     ["/bin/sh", "-c", command],
                     stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
                     start_new_session=True,
                     close_fds=True,
                     bufsize=0,
                 )
-                _frames.widen_pipe(proc.stdout.fileno())
-                _frames.widen_pipe(proc.stderr.fileno())
+                for stream in (proc.stdout, proc.stderr):
+                    if stream is not None:
+                        _frames.widen_pipe(stream.fileno())
             except (OSError, ValueError) as exc:
                 writer.log("error", "job_run %r: cannot start: %s" % (job_id, exc))
                 writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
                 return
+            finally:
+                for fd in fifos or ():
+                    os.close(fd)
             job = Job(job_id, proc, command)
             self._jobs[job_id] = job
             writer.frame(
@@ -176,7 +213,11 @@ class Jobs:
     def _pump(self, job):
         writer = self._kernel.writer
         proc = job.proc
-        pipes = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        pipes = {
+            stream.fileno(): name
+            for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))
+            if stream is not None
+        }
         # Each pipe's frame head is built once; a chunk is then one base64 call and one
         # join: {"event":"job_output","id":ID,"name":NAME,"data":"<base64>"}
         heads = {
@@ -227,6 +268,8 @@ class Jobs:
             job.ended = True
             self._jobs.pop(job.id, None)
         for stream in (job.proc.stdout, job.proc.stderr):
+            if stream is None:
+                continue
             try:
                 stream.close()
             except OSError:

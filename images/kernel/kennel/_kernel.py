@@ -301,7 +301,7 @@ class Kernel:
         self.host.reply(frame)
 
     def _on_job_run(self, frame_id, frame):
-        self.jobs.run(frame_id, frame.get("command"))
+        self.jobs.run(frame_id, frame.get("command"), frame.get("stdout"), frame.get("stderr"))
 
     def _on_job_kill(self, frame_id, frame):
         self.jobs.kill(frame_id, frame.get("signal"))
