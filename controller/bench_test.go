@@ -18,7 +18,7 @@ const benchBytes = 256 << 20
 
 // BenchmarkJobOutput measures job output from the kernel to the controller: a shell job
 // `head -c 256M /dev/zero` in a local kernel, its bytes read from the job's pipe by the
-// stub, framed as job_output, gated and decoded by the controller and written to the job's
+// stub, (for a local kernel) through the FIFOs the controller reads, gated and decoded by the controller and written to the job's
 // capture, until the job's end. The session is started once, outside the timing.
 func BenchmarkJobOutput(b *testing.B) {
 	s := startBenchSession(b)
