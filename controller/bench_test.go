@@ -17,8 +17,8 @@ import (
 const benchBytes = 256 << 20
 
 // BenchmarkJobOutput measures job output from the kernel to the controller: a shell job
-// `head -c 256M /dev/zero` in a local kernel, its bytes read from the job's pipe by the
-// stub, (for a local kernel) through the FIFOs the controller reads, gated and decoded by the controller and written to the job's
+// `head -c 256M /dev/zero` in a local kernel, its bytes written into the FIFOs the
+// controller reads (a local kernel shares the host's file system) and into the job's
 // capture, until the job's end. The session is started once, outside the timing.
 func BenchmarkJobOutput(b *testing.B) {
 	s := startBenchSession(b)
