@@ -197,3 +197,38 @@ func TestRunOverSSH(t *testing.T) {
 		t.Fatalf("stdout %q, want %q (stderr %s)", out.String(), want, errb.String())
 	}
 }
+
+// TestRunShBoundsTheJobAndSaysWhatItDropped: `kennel run --sh` prints the job's output
+// within the default limits (2000 lines), a notice on stderr that counts every dropped
+// byte and line and names the full output, which holds every byte; --no-truncate prints
+// everything; the job's exit code is kennel's.
+func TestRunShBoundsTheJobAndSaysWhatItDropped(t *testing.T) {
+	want, err := exec.Command("seq", "1", "100000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runKennel(t, "", "run", "--sh", "seq 1 100000")
+	lines := strings.Count(out, "\n")
+	if code != 0 || lines != 2000 || !strings.HasPrefix(string(want), out) {
+		t.Fatalf("exit %d, %d lines printed; stderr %q", code, lines, errOut)
+	}
+	dropped := fmt.Sprintf("dropped %d bytes (%d lines)", len(want)-len(out), 100000-2000)
+	if !strings.Contains(errOut, dropped) {
+		t.Fatalf("notice %q does not say %q", errOut, dropped)
+	}
+	i := strings.Index(errOut, "full output: ")
+	if i < 0 {
+		t.Fatalf("notice %q names no full output", errOut)
+	}
+	full, err := os.ReadFile(strings.TrimRight(strings.Fields(errOut[i+len("full output: "):])[0], "]"))
+	if err != nil || !bytes.Equal(full, want) {
+		t.Fatalf("full output: %d bytes, %v; want %d bytes", len(full), err, len(want))
+	}
+	out, _, code = runKennel(t, "", "run", "--sh", "seq 1 100000", "--no-truncate")
+	if code != 0 || out != string(want) {
+		t.Fatalf("--no-truncate: exit %d, %d bytes", code, len(out))
+	}
+	if _, _, code = runKennel(t, "", "run", "--sh", "exit 3"); code != 3 {
+		t.Fatalf("exit %d, want the job's 3", code)
+	}
+}
