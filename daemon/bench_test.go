@@ -79,3 +79,45 @@ func BenchmarkCellThroughGoAPI(b *testing.B) {
 	b.StopTimer()
 	reportLatency(b, lat)
 }
+
+// BenchmarkCellThroughGoAPIWait is the baseline of the same call the API makes: the cell
+// through controller.Session.ExecuteWait with the API's default budget (60 s), so that it could
+// detach as a job, in this process.
+func BenchmarkCellThroughGoAPIWait(b *testing.B) {
+	bundle, err := images.Stub()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := controller.Start(context.Background(), controller.Options{
+		Transport: local.New(local.Options{}), Dir: b.TempDir(), Bundle: bundle.Hash(), StateDir: b.TempDir() + "/state",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	defer s.Close(ctx)
+	run := func() (*controller.CellResult, error) {
+		jw, err := s.ExecuteWait(ctx, "x = 1\nx", 60*time.Second, nil)
+		if err != nil {
+			return nil, err
+		}
+		return jw.Cell, jw.Err
+	}
+	for range 20 {
+		if _, err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		res, err := run()
+		lat = append(lat, time.Since(t0))
+		if err != nil || res == nil || *res.Result != "1" {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
