@@ -80,7 +80,13 @@ type jobSet struct {
 
 	mu   sync.Mutex
 	runs map[jobs.ID]*jobRun
+	// pruneAt is the size of runs at which add forgets the runs of jobs the table
+	// dropped; it doubles past what a prune keeps, so add costs O(1) amortized.
+	pruneAt int
 }
+
+// minRunsPrune is the smallest pruneAt: twice the ended jobs a table keeps.
+const minRunsPrune = 2 * jobs.DefaultRetain
 
 // initJobs prepares the session's private output directory, prunes spill files older than
 // output.SpillKeep from it and makes the job table. It runs before the first kernel.
@@ -114,7 +120,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.jobs = jobSet{table: table, outputDir: dir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun)}
+	s.jobs = jobSet{table: table, outputDir: dir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
 	return nil
 }
 
@@ -126,22 +132,35 @@ func (s *Session) Jobs() *jobs.Table { return s.jobs.table }
 // SaveOutput writes; files older than output.SpillKeep are pruned when a session starts.
 func (s *Session) OutputDir() string { return s.jobs.outputDir }
 
-// add records r, and forgets the runs of jobs the table dropped.
+// add records r. Once runs reaches pruneAt it forgets the runs of jobs the table dropped,
+// so runs stays below twice what the table held at that prune (or minRunsPrune).
 func (js *jobSet) add(r *jobRun) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	js.runs[r.job.ID()] = r
+	if len(js.runs) < js.pruneAt {
+		return
+	}
 	for id := range js.runs {
 		if _, ok := js.table.Job(id); !ok {
 			delete(js.runs, id)
 		}
 	}
-	js.runs[r.job.ID()] = r
+	js.pruneAt = max(2*len(js.runs), minRunsPrune)
 }
 
+// get returns the run of job id while the table holds the job; a run the table dropped
+// and add did not prune yet is forgotten here, so get answers as the table does.
 func (js *jobSet) get(id jobs.ID) (*jobRun, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	r, ok := js.runs[id]
+	if ok {
+		if _, held := js.table.Job(id); !held {
+			delete(js.runs, id)
+			ok = false
+		}
+	}
 	if !ok {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
 	}
