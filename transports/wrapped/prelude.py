@@ -17,32 +17,27 @@ def _kennel_wrapped_start():
         os._exit(2)
 
     def read_exactly(n):
-        parts = []
-        while n > 0:
-            data = os.read(0, min(n, 1 << 20))
-            if not data:
-                fail(b"stdin ended %d bytes before the end of the start block" % n)
-            parts.append(data)
-            n -= len(data)
-        return b"".join(parts)
+        data = b""
+        while len(data) < n:
+            part = os.read(0, n - len(data))
+            if not part:
+                fail(b"stdin ended %d bytes before the end of the start block" % (n - len(data)))
+            data += part
+        return data
 
     size = int.from_bytes(read_exactly(4), "big")
     if size > MAX_START_BLOCK:
         fail(b"start block of %d bytes is over the limit" % size)
-    block = read_exactly(size)
-    if not block.endswith(b"\0"):
-        fail(b"start block does not end with NUL")
-    fields = block[:-1].split(b"\0")
-    if len(fields) < 2 or fields[0] != b"kennel-wrapped/1":
-        fail(b"not a kennel-wrapped/1 start block")
-    entries = []
+    # The magic, the directory, the entries, then b"" after the final NUL.
+    fields = read_exactly(size).split(b"\0")
+    if len(fields) < 3 or fields.pop() or fields[0] != b"kennel-wrapped/1":
+        fail(b"not a kennel-wrapped/1 start block ended by NUL")
+    # Checked as it is set: a bad entry ends the process, so nothing runs with a part.
+    os.environ.clear()
     for entry in fields[2:]:
         key, sep, value = entry.partition(b"=")
         if not key or not sep:
             fail(b"environment entry is not KEY=VALUE")
-        entries.append((key, value))
-    os.environ.clear()
-    for key, value in entries:
         os.environb[key] = value
     try:
         os.chdir(fields[1])

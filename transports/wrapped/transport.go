@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
 )
@@ -260,6 +262,7 @@ func launch(argv []string, preamble []byte, stderr io.Writer, opts Options) (*Ke
 	if err != nil {
 		return nil, err
 	}
+	growPipe(inW, len(preamble))
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		inR.Close()
@@ -302,4 +305,25 @@ func launch(argv []string, preamble []byte, stderr io.Writer, opts Options) (*Ke
 		return nil, fmt.Errorf("run wrapper %q: %w", argv[0], err)
 	}
 	return newKernel(cmd, inW, outR, errR, stderr, preamble, opts), nil
+}
+
+// maxPipeGrow is the largest stdin pipe buffer growPipe asks for (Linux's default
+// /proc/sys/fs/pipe-max-size).
+const maxPipeGrow = 1 << 20
+
+// growPipe asks for a pipe buffer that holds n bytes (at most maxPipeGrow), so the
+// preamble (the start block and the bundle, just over the default 64 KiB) is in the pipe
+// at once and the kernel reads it without waiting for the writer to be woken between
+// reads. A refusal (an older kernel, a user over its pipe quota) keeps the default.
+func growPipe(w *os.File, n int) {
+	if n <= 64<<10 {
+		return
+	}
+	rc, err := w.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, min(n, maxPipeGrow))
+	})
 }
