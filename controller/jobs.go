@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/controller/gate"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
@@ -747,40 +748,6 @@ func decodeJobOutput(line []byte, id string, buf *[]byte) ([]byte, bool) {
 	return (*buf)[:n], true
 }
 
-// procStat is what /proc/<pid>/stat says of a process.
-type procStat struct {
-	state      byte
-	ppid, pgrp int
-}
-
-// readProcStat reads /proc/<pid>/stat.
-func readProcStat(pid int) (procStat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, err
-	}
-	return parseProcStat(b)
-}
-
-// parseProcStat parses a /proc/<pid>/stat line: "pid (comm) state ppid pgrp ...", where
-// comm may hold spaces and parentheses (the last ')' ends it).
-func parseProcStat(b []byte) (procStat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 > len(b) {
-		return procStat{}, fmt.Errorf("parse proc stat %.40q: no comm", b)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return procStat{}, fmt.Errorf("parse proc stat %.40q: short", b)
-	}
-	ppid, err1 := strconv.Atoi(f[1])
-	pgrp, err2 := strconv.Atoi(f[2])
-	if err := errors.Join(err1, err2); err != nil {
-		return procStat{}, fmt.Errorf("parse proc stat: %w", err)
-	}
-	return procStat{state: f[0][0], ppid: ppid, pgrp: pgrp}, nil
-}
-
 // checkJobGroup verifies a job_start's pid and pgid before the controller will ever
 // signal that group: the job's process must lead its own group (pid == pgid, as the stub
 // starts it), and be a child of the kernel's process. A kernel cannot so name a group it
@@ -791,12 +758,12 @@ func checkJobGroup(pid, pgid, kernelPID int) error {
 	if pid != pgid || pgid <= 1 {
 		return fmt.Errorf("pid %d, pgid %d: the job does not lead its own group", pid, pgid)
 	}
-	st, err := readProcStat(pid)
+	st, err := procfs.Read(pid)
 	if err != nil {
 		return fmt.Errorf("job pid %d: %w", pid, err)
 	}
-	if st.pgrp != pgid || st.ppid != kernelPID {
-		return fmt.Errorf("job pid %d has group %d and parent %d, want %d and the kernel %d", pid, st.pgrp, st.ppid, pgid, kernelPID)
+	if st.PGRP != pgid || st.PPID != kernelPID {
+		return fmt.Errorf("job pid %d has group %d and parent %d, want %d and the kernel %d", pid, st.PGRP, st.PPID, pgid, kernelPID)
 	}
 	return nil
 }
@@ -815,8 +782,8 @@ func groupAlive(pgid int) bool {
 		if err != nil {
 			continue
 		}
-		st, err := readProcStat(pid)
-		if err == nil && st.pgrp == pgid && st.state != 'Z' && st.state != 'X' {
+		st, err := procfs.Read(pid)
+		if err == nil && st.PGRP == pgid && !st.Zombie() && st.State != 'X' {
 			return true
 		}
 	}

@@ -94,31 +94,6 @@ func FuzzFastJobOutput(f *testing.F) {
 	})
 }
 
-func TestParseProcStat(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		want procStat
-		ok   bool
-	}{
-		{"42 (sleep) S 7 42 42 0 -1", procStat{'S', 7, 42}, true},
-		{"42 (a) (b) c) Z 1 9 9 0", procStat{'Z', 1, 9}, true},
-		{"42 (spa ce) R 3 4 4", procStat{'R', 3, 4}, true},
-		{"42 (x) S 1", procStat{}, false},
-		{"42 x S 1 2 3", procStat{}, false},
-		{"42 (x) S one 2 3", procStat{}, false},
-		{"", procStat{}, false},
-	} {
-		got, err := parseProcStat([]byte(tc.line))
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseProcStat(%q) = %+v, %v", tc.line, got, err)
-		}
-	}
-	self, err := readProcStat(os.Getpid())
-	if err != nil || self.ppid != os.Getppid() || self.pgrp != syscall.Getpgrp() {
-		t.Fatalf("own stat %+v, %v", self, err)
-	}
-}
-
 // TestCheckJobGroupAcceptsOnlyAChildLeadingItsGroup starts real children: one that leads
 // its own group is accepted for its parent only; one in this process's group never is.
 func TestCheckJobGroupAcceptsOnlyAChildLeadingItsGroup(t *testing.T) {

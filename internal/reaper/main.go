@@ -218,7 +218,7 @@ func (l *loop) sweep() {
 	for _, k := range kids {
 		// k is an unreaped child: neither its pid nor a group with its id can belong to
 		// anyone outside the subtree.
-		_ = syscall.Kill(-k.pid, syscall.SIGKILL)
-		_ = syscall.Kill(k.pid, syscall.SIGKILL)
+		_ = syscall.Kill(-k.PID, syscall.SIGKILL)
+		_ = syscall.Kill(k.PID, syscall.SIGKILL)
 	}
 }

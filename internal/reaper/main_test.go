@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"io"
 	"io/fs"
 	"os"
@@ -136,17 +137,17 @@ type proc struct {
 
 func identify(t testing.TB, pid int) proc {
 	t.Helper()
-	st, err := readStat(pid)
+	st, err := procfs.Read(pid)
 	if err != nil {
 		t.Fatalf("process %d is not alive: %v", pid, err)
 	}
-	return proc{pid: pid, start: st.start}
+	return proc{pid: pid, start: st.Start}
 }
 
 // alive reports whether p still exists (a zombie counts: it is not reaped).
 func (p proc) alive() bool {
-	st, err := readStat(p.pid)
-	return err == nil && st.start == p.start
+	st, err := procfs.Read(p.pid)
+	return err == nil && st.Start == p.start
 }
 
 func waitOrFail(t testing.TB, p *Process) (Status, error) {
@@ -221,12 +222,12 @@ func TestKernelRunsInItsOwnGroupWithTheGivenEnvAndDir(t *testing.T) {
 	if got, want := k.line(t), "x42|unset|"+dir; got != want {
 		t.Fatalf("kernel says %q, want %q", got, want)
 	}
-	st, err := readStat(k.KernelPID())
-	if err != nil || st.pgrp != k.KernelPID() || st.ppid != k.Pid() {
+	st, err := procfs.Read(k.KernelPID())
+	if err != nil || st.PGRP != k.KernelPID() || st.PPID != k.Pid() {
 		t.Fatalf("kernel stat %+v, %v: want its own group under reaper %d", st, err, k.Pid())
 	}
-	rs, err := readStat(k.Pid())
-	if err != nil || rs.pgrp != k.Pid() {
+	rs, err := procfs.Read(k.Pid())
+	if err != nil || rs.PGRP != k.Pid() {
 		t.Fatalf("reaper stat %+v, %v: want its own group", rs, err)
 	}
 }
@@ -307,7 +308,7 @@ func TestOrphansAreReapedWhileTheKernelRuns(t *testing.T) {
 		}
 		zombies := 0
 		for _, c := range kids {
-			if c.state == 'Z' {
+			if c.Zombie() {
 				zombies++
 			}
 		}
@@ -378,7 +379,7 @@ func childPIDs(t *testing.T) []int {
 	}
 	var out []int
 	for _, k := range kids {
-		out = append(out, k.pid)
+		out = append(out, k.PID)
 	}
 	return out
 }

@@ -1,9 +1,9 @@
 package docker
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"os"
 	"strconv"
 	"strings"
@@ -99,31 +99,13 @@ func bootID() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// startTime reads field 22 of /proc/PID/stat (after the command name, which may hold
-// spaces and parentheses: parsed from the last ')').
+// startTime is the start time of process pid in clock ticks since boot.
 func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.Read(pid)
 	if err != nil {
 		return 0, fmt.Errorf("pid %d: %w: %w", pid, errNoProc, err)
 	}
-	return parseStartTime(b)
-}
-
-func parseStartTime(stat []byte) (uint64, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat: no command: %w", errNoProc)
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 {
-		return 0, fmt.Errorf("stat: %d fields: %w", len(f)+2, errNoProc)
-	}
-	v, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat start time: %w", errNoProc)
-	}
-	return v, nil
+	return st.Start, nil
 }
 
 // Alive reports whether the controller c is a live process on this host: same host
@@ -136,18 +118,13 @@ func (c Controller) Alive(self Controller) (alive, ok bool) {
 	if c.Boot != self.Boot {
 		return false, true // the machine rebooted since: that process is gone
 	}
-	st, err := startTime(c.PID)
+	st, err := procfs.Read(c.PID)
 	if err != nil {
 		return false, true
 	}
-	if st != c.Start {
+	if st.Start != c.Start {
 		return false, true // the pid was reused
 	}
 	// A zombie is dead for our purpose.
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(c.PID) + "/stat"); err == nil {
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
-			return false, true
-		}
-	}
-	return true, true
+	return !st.Zombie(), true
 }

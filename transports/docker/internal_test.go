@@ -141,34 +141,6 @@ func TestSweepable(t *testing.T) {
 	}
 }
 
-func TestParseStartTime(t *testing.T) {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Skip(err)
-	}
-	if _, err := parseStartTime(b); err != nil {
-		t.Fatal(err)
-	}
-	// A command name with spaces and parentheses.
-	stat := "123 (a) b) (c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 4242 20 21"
-	if v, err := parseStartTime([]byte(stat)); err != nil || v != 4242 {
-		t.Fatalf("start %d, %v; want 4242", v, err)
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 -1"} {
-		if _, err := parseStartTime([]byte(bad)); err == nil {
-			t.Errorf("parseStartTime(%q) accepted", bad)
-		}
-	}
-}
-
-func FuzzParseStartTime(f *testing.F) {
-	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 1 2"))
-	f.Add([]byte("9 ((((x)) R"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseStartTime(b)
-	})
-}
-
 // hostDirOf maps through the deepest mount only, and not through a mere name prefix.
 func TestHostDirOf(t *testing.T) {
 	ms := []pathmap.Mount{{Sandbox: "/work", Host: "/h/w"}, {Sandbox: "/work/sub", Host: "/h/s"}}
