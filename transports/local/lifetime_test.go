@@ -2,10 +2,10 @@ package local_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"io"
 	"os"
 	"os/exec"
@@ -61,13 +61,11 @@ type proc struct {
 }
 
 func procStat(pid int) (p proc, state string) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.Read(pid)
 	if err != nil {
 		return proc{}, ""
 	}
-	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
-	ppid, _ := strconv.Atoi(string(f[1]))
-	return proc{pid: pid, start: string(f[19]), ppid: ppid}, string(f[0])
+	return proc{pid: pid, start: strconv.FormatUint(st.Start, 10), ppid: st.PPID}, string(st.State)
 }
 
 func identify(t testing.TB, pid int) proc {

@@ -1,7 +1,7 @@
 package transporttest
 
 import (
-	"bytes"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"os"
 	"strconv"
 )
@@ -14,20 +14,11 @@ type proc struct {
 
 // stat reads a process's state, parent and start time from /proc ("" when gone).
 func stat(pid int) (state string, ppid int, start string) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.Read(pid)
 	if err != nil {
 		return "", 0, ""
 	}
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 {
-		return "", 0, ""
-	}
-	f := bytes.Fields(b[end+1:])
-	if len(f) < 20 {
-		return "", 0, ""
-	}
-	ppid, _ = strconv.Atoi(string(f[1]))
-	return string(f[0]), ppid, string(f[19])
+	return string(st.State), st.PPID, strconv.FormatUint(st.Start, 10)
 }
 
 // identify records a live process; ok is false when it is not alive.

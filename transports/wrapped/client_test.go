@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -222,20 +223,11 @@ type proc struct {
 
 // stat reads a process's state, parent and start time ("" when gone).
 func stat(pid int) (state string, ppid int, start string) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.Read(pid)
 	if err != nil {
 		return "", 0, ""
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return "", 0, ""
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 20 {
-		return "", 0, ""
-	}
-	ppid, _ = strconv.Atoi(string(f[1]))
-	return string(f[0]), ppid, string(f[19])
+	return string(st.State), st.PPID, strconv.FormatUint(st.Start, 10)
 }
 
 func state(pid int) string {
