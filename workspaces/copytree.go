@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,6 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// pageSize is the size of a page of the page cache.
+var pageSize = os.Getpagesize()
+
 // copyBatch is the most files of one directory a copy job takes: a large directory is
 // shared by several workers.
 const copyBatch = 256
@@ -22,23 +26,26 @@ const copyBatch = 256
 // and the child's copy. It works directory by directory: a job opens the parent's
 // directory (beneath the parent, no symlink on the way) and the two copies' directories
 // once, then each file by its name alone. Each file of the parent is opened once and
-// cloned into both copies from that one descriptor; the child's copy is created with its
-// final mode and gets the parent's times through its descriptor; the base keeps bytes
-// only (0600, no times).
+// cloned into the child's copy from that one descriptor (created with its final mode, it
+// gets the parent's times through its descriptor). The base of a file of at most
+// digestMax bytes that are all in the page cache is their SHA-256, read before the clone
+// (a digest costs a fraction of a file's creation); any other file is cloned into the
+// base too, which keeps bytes only (0600, no times).
 type copier struct {
 	src, base, work *root
 	paths           []string
 	workers         int
+	digestMax       int64 // negative: no digests
 	report          *reporter
 
 	dirs    []string          // every directory above a listed path, sorted
 	dirMode map[string]uint32 // the directories made in both copies, with the parent's mode bits
 	jobs    []copyJob
 
-	entries        []mentry // by index into paths
-	kept           []bool   // whether entries[i] was copied
-	cloned, copied atomic.Int64
-	noClone        atomic.Bool // set once the file system refused a clone
+	entries                  []mentry // by index into paths
+	kept                     []bool   // whether entries[i] was copied
+	cloned, copied, digested atomic.Int64
+	noClone                  atomic.Bool // set once the file system refused a clone
 }
 
 // copyJob is up to copyBatch files of one directory.
@@ -49,8 +56,8 @@ type copyJob struct {
 
 // newCopier makes the base and the child's copy's top directories under dir (0700) and
 // opens them.
-func newCopier(src *root, dir string, paths []string, workers int, report *reporter) (*copier, error) {
-	c := &copier{src: src, paths: paths, workers: workers, report: report,
+func newCopier(src *root, dir string, paths []string, workers int, digestMax int64, report *reporter) (*copier, error) {
+	c := &copier{src: src, paths: paths, workers: workers, digestMax: digestMax, report: report,
 		entries: make([]mentry, len(paths)), kept: make([]bool, len(paths))}
 	for _, t := range []struct {
 		r    **root
@@ -152,12 +159,16 @@ func (c *copier) copyFiles(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range min(c.workers, len(c.jobs)) {
 		wg.Go(func() {
+			var buf []byte
+			if c.digestMax >= 0 {
+				buf = make([]byte, c.digestMax+1)
+			}
 			for ctx.Err() == nil {
 				j := int(next.Add(1)) - 1
 				if j >= len(c.jobs) {
 					return
 				}
-				if err := c.copyDir(&c.jobs[j]); err != nil {
+				if err := c.copyDir(&c.jobs[j], buf); err != nil {
 					cancel(err)
 					return
 				}
@@ -171,8 +182,8 @@ func (c *copier) copyFiles(ctx context.Context) error {
 	return nil
 }
 
-// copyDir copies the files of one job.
-func (c *copier) copyDir(j *copyJob) error {
+// copyDir copies the files of one job; buf (digestMax+1 bytes) holds a file to digest.
+func (c *copier) copyDir(j *copyJob, buf []byte) error {
 	fds := [3]int{c.src.fd, c.base.fd, c.work.fd}
 	if j.dir != "" {
 		for k, r := range []*root{c.src, c.base, c.work} {
@@ -199,7 +210,7 @@ func (c *copier) copyDir(j *copyJob) error {
 		if j.dir != "" {
 			name = name[1:]
 		}
-		ok, err := c.copyFile(fds, c.paths[i], name, &c.entries[i])
+		ok, err := c.copyFile(fds, c.paths[i], name, &c.entries[i], buf)
 		if err != nil {
 			return err
 		}
@@ -212,7 +223,7 @@ func (c *copier) copyDir(j *copyJob) error {
 // copyFile copies the parent's entry name (the path rel) from the directory fds[0] into
 // fds[1] (the base) and fds[2] (the child's copy) and fills e. ok is false when the entry
 // is gone, a directory or a special file (left out).
-func (c *copier) copyFile(fds [3]int, rel, name string, e *mentry) (ok bool, err error) {
+func (c *copier) copyFile(fds [3]int, rel, name string, e *mentry, buf []byte) (ok bool, err error) {
 	e.Path = rel
 	fd, err := openatRetry(fds[0], name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -230,24 +241,75 @@ func (c *copier) copyFile(fds [3]int, rel, name string, e *mentry) (ok bool, err
 		return false, nil // a FIFO or a device: left out
 	}
 	e.Kind, e.Parent, e.Mode, e.Size = KindFile, fingerprintOf(&st), permOf(st.Mode), st.Size
-	clonedBase, err := cloneAt(fds[1], name, fd, 0o600, nil, nil, &c.noClone)
-	if err != nil {
-		return false, fmt.Errorf("copy to %s: %w", c.base.abs(rel), err)
-	}
+	e.HasDigest = st.Size <= c.digestMax && cachedDigest(fd, st.Size, buf, &e.Digest)
 	var cst unix.Stat_t
 	clonedWork, err := cloneAt(fds[2], name, fd, st.Mode&0o7777, &st, &cst, &c.noClone)
 	if err != nil {
 		return false, fmt.Errorf("copy to %s: %w", c.work.abs(rel), err)
 	}
 	e.Child = fingerprintOf(&cst)
-	for _, cl := range [2]bool{clonedBase, clonedWork} {
-		if cl {
-			c.cloned.Add(1)
-		} else {
-			c.copied.Add(1)
+	c.count(clonedWork)
+	if e.HasDigest {
+		// A write to the parent's file between the read and the clone shows in its
+		// stat; then the base is a clone, as the child's copy is.
+		var again unix.Stat_t
+		if err := unix.Fstat(fd, &again); err == nil && fingerprintOf(&again) == e.Parent {
+			c.digested.Add(1)
+			return true, nil
+		}
+		e.HasDigest, e.Digest = false, [sha256.Size]byte{}
+	}
+	clonedBase, err := cloneAt(fds[1], name, fd, 0o600, nil, nil, &c.noClone)
+	if err != nil {
+		return false, fmt.Errorf("copy to %s: %w", c.base.abs(rel), err)
+	}
+	c.count(clonedBase)
+	return true, nil
+}
+
+// count counts one file copy: a clone or a byte copy.
+func (c *copier) count(cloned bool) {
+	if cloned {
+		c.cloned.Add(1)
+	} else {
+		c.copied.Add(1)
+	}
+}
+
+// cachedDigest sets out to the SHA-256 of the size bytes of the open file fd if all of
+// them are in the page cache, and reports whether it did. cachestat(2) says whether they
+// are without reading them (so a file that is not cached costs no read); the read itself
+// (into buf, which holds size+1 bytes) does not wait either (RWF_NOWAIT). A file that is
+// not cached, grew or shrank, or a kernel without these calls, gets no digest (its base is
+// then a copy).
+func cachedDigest(fd int, size int64, buf []byte, out *[sha256.Size]byte) bool {
+	if size > 0 {
+		var cs unix.Cachestat_t
+		err := unix.Cachestat(uint(fd), &unix.CachestatRange{Len: uint64(size)}, &cs, 0)
+		if err == nil && cs.Cache*uint64(pageSize) < uint64(size) {
+			return false
 		}
 	}
-	return true, nil
+	b := buf[:size+1]
+	n := 0
+	for n < len(b) {
+		m, err := unix.Preadv2(fd, [][]byte{b[n:]}, int64(n), unix.RWF_NOWAIT)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	if int64(n) != size {
+		return false
+	}
+	*out = sha256.Sum256(b[:n])
+	return true
 }
 
 // copyOther handles an entry the parent's directory fds[0] would not open as a file

@@ -30,6 +30,13 @@ type CreateOptions struct {
 	// Workers is the number of directories copied at once. Zero: 8 (clones of files in
 	// different directories run concurrently in the file system).
 	Workers int
+	// DigestMax is the size of the largest file whose base is kept as the SHA-256 of
+	// its bytes (in the manifest) instead of a second copy, when all its bytes are in the
+	// page cache: a hand-back needs the base only to tell whether an entry still holds
+	// what the child found, and a digest of a small cached file costs a fraction of a
+	// file's creation. Zero: DefaultDigestMax; negative: every base file is a copy. At
+	// most MaxDigestMax.
+	DigestMax int64
 	// Logger receives the one warning of a copy that could not clone. Nil: slog.Default().
 	Logger *slog.Logger
 	// Progress, when not nil, is called from another goroutine every 100 ms or so while
@@ -41,6 +48,12 @@ type CreateOptions struct {
 	// before it returns, and a leftover it cannot remove stays for a later sweep.
 	Sweeper *Sweeper
 }
+
+// DefaultDigestMax and MaxDigestMax bound CreateOptions.DigestMax.
+const (
+	DefaultDigestMax = 64 << 10
+	MaxDigestMax     = 1 << 20
+)
 
 // Progress says how far a Create or HandBack is.
 type Progress struct {
@@ -55,21 +68,26 @@ type CreateResult struct {
 	Workspace
 	// Git reports whether git listed the parent's files (else the .gitignore walk did).
 	Git bool
-	// Files and Symlinks count the copied paths (each copied twice: base and child).
+	// Files and Symlinks count the copied paths (each in the base and the child's copy).
 	Files, Symlinks int
-	// Cloned and Copied count the file copies (two per file) made by sharing extents
-	// (FICLONE) and by copying bytes.
+	// Cloned and Copied count the file copies made by sharing extents (FICLONE) and by
+	// copying bytes: one per file for the child's copy, one more for each file whose
+	// base is a copy.
 	Cloned, Copied int
+	// Digested counts the files whose base is the SHA-256 of their bytes (see
+	// CreateOptions.DigestMax).
+	Digested int
 	// Bytes is the total size of the copied files (once).
 	Bytes int64
 }
 
-// Create makes an isolated workspace for a child of the parent directory: two copies of
-// its tracked and untracked-not-ignored files (listed by git in a work tree, else by the
-// tree's .gitignore files), the base (as the child found it) and the child's working copy
+// Create makes an isolated workspace for a child of the parent directory: its tracked
+// and untracked-not-ignored files (listed by git in a work tree, else by the tree's
+// .gitignore files), twice: the base (as the child found it) and the child's working copy
 // (Workspace.Path). It never copies .git or an ignored directory; symlinks are copied as
 // symlinks and file modes are kept. Files are cloned (FICLONE) where the file system can,
-// else copied, and a copy that copied any bytes logs one warning with both counts. Each
+// else copied, and a copy that copied any bytes logs one warning with both counts. The
+// base of a small file whose bytes are cached is their SHA-256 (opts.DigestMax). Each
 // copied entry's stat is recorded in the workspace's manifest (mode 0600), so a hand-back
 // tells unchanged files without reading them.
 //
@@ -92,6 +110,12 @@ func Create(ctx context.Context, parent string, opts CreateOptions) (*CreateResu
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 8
+	}
+	switch {
+	case opts.DigestMax == 0:
+		opts.DigestMax = DefaultDigestMax
+	case opts.DigestMax > MaxDigestMax:
+		return nil, fmt.Errorf("create workspace: DigestMax %d is over %d", opts.DigestMax, MaxDigestMax)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -151,7 +175,7 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 		return err
 	}
 	defer src.close()
-	c, err := newCopier(src, res.Dir, paths, opts.Workers, report)
+	c, err := newCopier(src, res.Dir, paths, opts.Workers, opts.DigestMax, report)
 	if err != nil {
 		return err
 	}
@@ -182,7 +206,7 @@ func create(ctx context.Context, res *CreateResult, opts CreateOptions) error {
 			res.Symlinks++
 		}
 	}
-	res.Cloned, res.Copied = int(c.cloned.Load()), int(c.copied.Load())
+	res.Cloned, res.Copied, res.Digested = int(c.cloned.Load()), int(c.copied.Load()), int(c.digested.Load())
 	if err := c.setDirModes(); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package workspaces
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,9 +12,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCreateCopiesWhatTheGitignoreFilesKeep checks a copy without git: ignored files and
@@ -60,10 +64,10 @@ func TestCreateCopiesWhatTheGitignoreFilesKeep(t *testing.T) {
 	if got := readTree(t, res.Path()); !maps.Equal(got, want) {
 		t.Fatalf("the copy holds\n%v\nwant\n%v", got, want)
 	}
-	if got := readTree(t, res.Base()); !maps.Equal(got, private(want)) {
+	if got := readBase(t, &res.Workspace, private(want)); !maps.Equal(got, private(want)) {
 		t.Fatalf("the base holds\n%v\nwant\n%v", got, private(want))
 	}
-	if res.Git || res.Files != 7 || res.Symlinks != 2 || res.Cloned+res.Copied != 14 {
+	if res.Git || res.Files != 7 || res.Symlinks != 2 || res.Cloned+res.Copied+res.Digested != 14 {
 		t.Fatalf("result %+v", res)
 	}
 	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
@@ -176,7 +180,7 @@ func TestCreateWarnsOnceWithTheCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Cloned+res.Copied != 40 || res.Files != 20 || res.Symlinks != 1 {
+	if res.Cloned+res.Copied+res.Digested != 40 || res.Files != 20 || res.Symlinks != 1 {
 		t.Fatalf("result %+v", res)
 	}
 	lines := strings.Count(logs.String(), "\n")
@@ -264,10 +268,10 @@ func TestCreateSplitsLargeDirectoriesAndKeepsModes(t *testing.T) {
 	if got := readTree(t, res.Path()); !maps.Equal(got, want) {
 		t.Fatalf("the copy differs from the parent:\n%v\nwant\n%v", got, want)
 	}
-	if got := readTree(t, res.Base()); !maps.Equal(got, private(want)) {
+	if got := readBase(t, &res.Workspace, private(want)); !maps.Equal(got, private(want)) {
 		t.Fatalf("the base differs from the parent:\n%v", got)
 	}
-	if n := 3*copyBatch + 7 + 2 + len(modes); res.Files != n || res.Symlinks != 1 || res.Cloned+res.Copied != 2*n {
+	if n := 3*copyBatch + 7 + 2 + len(modes); res.Files != n || res.Symlinks != 1 || res.Cloned+res.Copied+res.Digested != 2*n {
 		t.Fatalf("result %+v, want %d files", res, n)
 	}
 	for name, mode := range modes {
@@ -285,4 +289,88 @@ func mkTreeT(t *testing.T, root string, specs ...string) {
 		t.Fatal(err)
 	}
 	writeTree(t, root, tree(t, specs...))
+}
+
+// TestCreateKeepsSmallCachedFilesAsDigests checks the base of each kind of file: a small
+// file whose bytes are cached is its SHA-256 in the manifest (nothing in base/); a file
+// over DigestMax, or one evicted from the page cache, is a copy in base/. Then a hand-back
+// tells, against a digest, a child's rewrite of the same bytes (unchanged: the parent's
+// change stands, no conflict) from a real change (taken).
+func TestCreateKeepsSmallCachedFilesAsDigests(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	mkTreeT(t, parent, "file small=hello", "file cold=cold bytes", "file big="+strings.Repeat("b", 100))
+	evict(t, filepath.Join(parent, "cold"))
+	res, err := Create(context.Background(), parent, CreateOptions{State: filepath.Join(dir, "state"), ID: "c", DigestMax: 64, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Digested != 1 || res.Cloned+res.Copied != 5 {
+		t.Fatalf("result %+v, want 1 digest and 5 copies", res)
+	}
+	m, err := readManifest(filepath.Join(res.Dir, manifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, digest := range map[string]bool{"small": true, "cold": false, "big": false} {
+		e := m.get(p)
+		if e == nil || e.HasDigest != digest {
+			t.Fatalf("%s: manifest entry %+v, want digest %v", p, e, digest)
+		}
+		_, err := os.Lstat(filepath.Join(res.Base(), p))
+		if inBase := err == nil; inBase == digest {
+			t.Fatalf("%s: in base/ %v, digest %v", p, inBase, digest)
+		}
+	}
+	if e := m.get("small"); e.Digest != sha256.Sum256([]byte("hello")) {
+		t.Fatalf("small's digest %x", e.Digest)
+	}
+	// The child rewrites small with its bytes and changes cold; the parent changes small.
+	later := time.Now().Add(time.Hour)
+	if err := os.WriteFile(filepath.Join(res.Path(), "small"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(filepath.Join(res.Path(), "small"), later, later)
+	if err := os.WriteFile(filepath.Join(res.Path(), "cold"), []byte("warm"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "small"), []byte("parent's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := HandBack(context.Background(), res.Path(), HandBackOptions{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Conflicts) != 0 || !slices.Equal(out.Taken, []string{"cold"}) {
+		t.Fatalf("outcome %+v, want cold taken and no conflict", out)
+	}
+	got := readTree(t, parent)
+	if got["small"].Content != "parent's" || got["cold"].Content != "warm" || got["big"].Content != strings.Repeat("b", 100) {
+		t.Fatalf("parent holds %v", got)
+	}
+}
+
+// evict drops the file p's bytes from the page cache (fails under CI=true, else skips, if
+// the file system keeps them).
+func evict(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	var cs unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &cs, 0); err != nil || cs.Cache != 0 {
+		msg := fmt.Sprintf("cannot evict %s from the page cache (cachestat: %d pages, %v)", p, cs.Cache, err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 }

@@ -2,6 +2,8 @@ package workspaces
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -84,6 +86,39 @@ func readTree(t tb, root string) Listing {
 	})
 	if err != nil {
 		t.Fatalf("read tree %s: %v", root, err)
+	}
+	return l
+}
+
+// readBase reads a workspace's base as a Listing: the files and symlinks of base/, and
+// each file the manifest keeps as a digest, with want's entry (private, as base/ has it)
+// when want's content has that digest, else a content that names the digest.
+func readBase(t tb, ws *Workspace, want Listing) Listing {
+	t.Helper()
+	l := readTree(t, ws.Base())
+	m, err := readManifest(filepath.Join(ws.Dir, manifestName))
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	for _, e := range m.entries {
+		if !e.HasDigest {
+			continue
+		}
+		if _, ok := l[e.Path]; ok {
+			t.Fatalf("%s is both in base/ and a digest", e.Path)
+		}
+		w, ok := want[e.Path]
+		if ok && w.Kind == KindFile && sha256.Sum256([]byte(w.Content)) == e.Digest && e.Size == int64(len(w.Content)) {
+			l[e.Path] = Entry{Kind: KindFile, Mode: 0o600, Content: w.Content}
+		} else {
+			l[e.Path] = Entry{Kind: KindFile, Mode: 0o600, Content: "digest " + hex.EncodeToString(e.Digest[:])}
+		}
+	}
+	// base/ has the directories of its files only; want's directories are the copy's.
+	for p, e := range want {
+		if e.Kind == KindDir {
+			l[p] = e
+		}
 	}
 	return l
 }

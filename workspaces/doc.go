@@ -11,8 +11,17 @@
 // copied with copy_file_range elsewhere, with one warning that gives both counts. The
 // copy goes directory by directory on several goroutines (CreateOptions.Workers): each
 // parent file is opened once, by its name in its already-open directory, and cloned into
-// both copies from that one descriptor; the child's copy is created with its final mode
-// and gets its times through its descriptor, the base keeps bytes only. Over
+// the child's copy from that one descriptor (created with its final mode, it gets its
+// times through its descriptor).
+//
+// The base exists to answer one question at the hand-back: does this entry still hold
+// what the child found? For a file of at most CreateOptions.DigestMax (64 KiB) whose
+// bytes are all in the page cache (cachestat(2), then a read that does not wait), the
+// answer needs only their SHA-256, which goes into the manifest: reading a cached small
+// file costs a fraction of making one, and most files of a source tree are small. Any
+// other file, and every symlink, is copied into base/ (a clone where the file system can;
+// bytes only, 0600, no times). A write to the parent's file during its copy shows in its
+// stat and makes its base a copy. Over
 // MaxFiles (100,000) files the copy is refused with a *TooManyFilesError that names the
 // shared mode. The stat of every copied entry goes into the workspace's manifest, so a
 // hand-back knows an untouched file without reading it.
@@ -20,8 +29,9 @@
 // A workspace lives at <state>/workspaces/<ParentKey(parent)>/<id>/:
 //
 //	workspace.json  id, parent, creation time (0600)
-//	manifest.json   every copied path with its stat in the parent and in the copy (0600)
-//	base/           the parent as the child found it (private: files 0600)
+//	manifest.json   every copied path with its stat in the parent and in the copy, and
+//	                the base digest of a small cached file (0600)
+//	base/           the rest of the parent as the child found it (private: files 0600)
 //	work/           the child's copy, Workspace.Path; a symlink to the parent afterwards
 //	conflicts/      the child's versions of the paths that conflicted
 //	handback.json   the hand-back's record (0600); its presence means it is done
@@ -42,7 +52,8 @@
 //	                                 its directories goes) the same as a conflict
 //
 // Plan is a pure function of three listings; the disk side only decides which entries are
-// equal (by stat when the manifest proves a file untouched, by bytes otherwise) and
+// equal (by stat when the manifest proves a file untouched, by bytes or by the base's
+// digest otherwise) and
 // carries the plan out with one rename (from a copy beside the path) or one unlink per
 // path. A hand-back cut at any point reruns from the start to the same tree and record.
 //

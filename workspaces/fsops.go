@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -264,6 +265,27 @@ func sameBytes(a, b *os.File, read func(name string, n int)) (bool, error) {
 		}
 		if ea != nil {
 			return true, nil
+		}
+	}
+}
+
+// digestOf returns the SHA-256 of what is left to read of f, telling read of each read.
+func digestOf(f *os.File, read func(name string, n int)) ([sha256.Size]byte, error) {
+	h := sha256.New()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if read != nil && n > 0 {
+			read(f.Name(), n)
+		}
+		h.Write(buf[:n])
+		if err == io.EOF {
+			var d [sha256.Size]byte
+			h.Sum(d[:0])
+			return d, nil
+		}
+		if err != nil {
+			return [sha256.Size]byte{}, fmt.Errorf("read %s: %w", f.Name(), err)
 		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 type scenario struct {
 	base, parent, child     Listing
 	touchParent, touchChild map[string]bool
+	// clonedBase makes every base file a copy (no digests: CreateOptions.DigestMax -1).
+	clonedBase bool
 }
 
 // genScenario draws a scenario from the same generators as the Plan tests.
@@ -29,6 +31,7 @@ func genScenario(t *rapid.T) scenario {
 		parent:      genMutation(t, base, "parent"),
 		child:       genMutation(t, base, "child"),
 		touchParent: map[string]bool{},
+		clonedBase:  rapid.Bool().Draw(t, "clonedBase"),
 		touchChild:  map[string]bool{},
 	}
 	for _, p := range slices.Sorted(maps.Keys(base)) {
@@ -43,6 +46,7 @@ type staged struct {
 	ws                    *CreateResult
 	parentDir             string
 	copied, parent, child Listing // what the copy held, and the two trees at the hand-back
+	baseDir               Listing // what base/ held (the files not kept as digests)
 }
 
 // stage sets sc up under dir: writes the base, creates the workspace, checks the copy,
@@ -54,19 +58,30 @@ func stage(t tb, dir string, sc scenario) *staged {
 		t.Fatalf("%v", err)
 	}
 	writeTree(t, parentDir, sc.base)
-	ws := mustCreate(t, parentDir, filepath.Join(dir, "state"), "child")
+	opts := CreateOptions{State: filepath.Join(dir, "state"), ID: "child", Logger: quiet()}
+	if sc.clonedBase {
+		opts.DigestMax = -1
+	}
+	ws, err := Create(context.Background(), parentDir, opts)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if sc.clonedBase && ws.Digested != 0 {
+		t.Fatalf("%d digests without digests", ws.Digested)
+	}
 	copied := files(sc.base)
 	addDirs(copied)
 	if got := readTree(t, ws.Path()); !maps.Equal(got, copied) {
 		t.Fatalf("the copy holds %v, want %v", got, copied)
 	}
-	if got := readTree(t, ws.Base()); !maps.Equal(got, private(copied)) {
+	if got := readBase(t, &ws.Workspace, private(copied)); !maps.Equal(got, private(copied)) {
 		t.Fatalf("the base holds %v, want %v", got, private(copied))
 	}
+	baseDir := readTree(t, ws.Base())
 	syncTree(t, parentDir, sc.base, sc.parent, sc.touchParent)
 	syncTree(t, ws.Path(), copied, sc.child, sc.touchChild)
 	return &staged{
-		ws: ws, parentDir: parentDir, copied: copied,
+		ws: ws, parentDir: parentDir, copied: copied, baseDir: baseDir,
 		parent: readTree(t, parentDir), child: readTree(t, ws.Path()),
 	}
 }
@@ -254,7 +269,7 @@ func cutEverywhere(t *testing.T, sc scenario) {
 		for _, c := range []struct {
 			name string
 			want Listing
-		}{{baseName, private(st.copied)}, {workName, st.child}} {
+		}{{baseName, st.baseDir}, {workName, st.child}} {
 			where := filepath.Join(st.ws.Dir, c.name)
 			if fi, err := os.Lstat(where); err != nil || !fi.IsDir() {
 				where = filepath.Join(trash, c.name)

@@ -3,6 +3,8 @@ package workspaces
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,8 +13,13 @@ import (
 	"strings"
 )
 
-// manifestMagic opens a manifest file's first line; the clock times follow it.
-const manifestMagic = "kennel-workspace-manifest 1"
+// manifestMagic opens a manifest file's first line; the clock times follow it. Version 2
+// adds each file's base digest; version 1 (no digests: every base file is in base/) is
+// still read.
+const (
+	manifestMagic   = "kennel-workspace-manifest 2"
+	manifestMagicV1 = "kennel-workspace-manifest 1"
+)
 
 // mentry is one copied path: what the base holds, and the stat of the parent's entry and
 // of the child's copy just after the copy was made. A hand-back that finds the same stat
@@ -25,6 +32,10 @@ type mentry struct {
 	Target string // of a symlink
 	Parent fingerprint
 	Child  fingerprint
+	// HasDigest says the base holds this file as Digest, the SHA-256 of its bytes, and
+	// not as a file in base/.
+	HasDigest bool
+	Digest    [sha256.Size]byte
 }
 
 // manifest is the list of a workspace's copied paths, sorted by path.
@@ -48,8 +59,9 @@ func (m *manifest) get(p string) *mentry {
 	return nil
 }
 
-// encodeManifest writes entries one a line: numbers in decimal, the path and the target
-// Go-quoted (so any byte, a tab or a newline included, survives).
+// encodeManifest writes entries one a line: numbers in decimal, the base digest in hex
+// ("-" for none), the path and the target Go-quoted (so any byte, a tab or a newline
+// included, survives).
 func encodeManifest(start, end int64, entries []mentry) []byte {
 	var b bytes.Buffer
 	b.Grow(64 + 128*len(entries))
@@ -70,6 +82,12 @@ func encodeManifest(start, end int64, entries []mentry) []byte {
 			num(f.Ctime)
 			num(int64(f.Mode))
 		}
+		if e.HasDigest {
+			b.Write(hex.AppendEncode(b.AvailableBuffer(), e.Digest[:]))
+		} else {
+			b.WriteByte('-')
+		}
+		b.WriteByte(' ')
 		b.Write(strconv.AppendQuote(b.AvailableBuffer(), e.Path))
 		b.WriteByte(' ')
 		b.Write(strconv.AppendQuote(b.AvailableBuffer(), e.Target))
@@ -86,15 +104,20 @@ var errBadManifest = errors.New("bad manifest")
 func decodeManifest(data []byte) (*manifest, error) {
 	head, rest, _ := bytes.Cut(data, []byte{'\n'})
 	m := &manifest{index: map[string]int{}}
-	if n, err := fmt.Sscanf(string(head), manifestMagic+" %d %d", &m.Start, &m.End); n != 2 || err != nil || fmt.Sprintf("%s %d %d", manifestMagic, m.Start, m.End) != string(head) {
+	magic := manifestMagic
+	if bytes.HasPrefix(head, []byte(manifestMagicV1+" ")) {
+		magic = manifestMagicV1
+	}
+	if n, err := fmt.Sscanf(string(head), magic+" %d %d", &m.Start, &m.End); n != 2 || err != nil || fmt.Sprintf("%s %d %d", magic, m.Start, m.End) != string(head) {
 		return nil, fmt.Errorf("%w: header: %w", errBadManifest, ErrNotWorkspace)
 	}
+	digests := magic == manifestMagic
 	sc := bufio.NewScanner(bytes.NewReader(rest))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	line := 0
 	for sc.Scan() {
 		line++
-		e, err := decodeEntry(sc.Text())
+		e, err := decodeEntry(sc.Text(), digests)
 		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %v: %w", errBadManifest, line+1, err, ErrNotWorkspace)
 		}
@@ -110,7 +133,8 @@ func decodeManifest(data []byte) (*manifest, error) {
 	return m, nil
 }
 
-func decodeEntry(s string) (mentry, error) {
+// decodeEntry decodes one line of a manifest; with digests, one of version 2.
+func decodeEntry(s string, digests bool) (mentry, error) {
 	var e mentry
 	var nums [15]int64
 	for i := range nums {
@@ -123,6 +147,24 @@ func decodeEntry(s string) (mentry, error) {
 			return e, err
 		}
 		nums[i], s = v, rest
+	}
+	var digest [sha256.Size]byte
+	hasDigest := false
+	if digests {
+		field, rest, ok := strings.Cut(s, " ")
+		if !ok {
+			return e, errors.New("short line")
+		}
+		if field != "-" {
+			if len(field) != hex.EncodedLen(sha256.Size) || strings.ToLower(field) != field {
+				return e, errors.New("bad digest")
+			}
+			if _, err := hex.Decode(digest[:], []byte(field)); err != nil {
+				return e, fmt.Errorf("digest: %w", err)
+			}
+			hasDigest = true
+		}
+		s = rest
 	}
 	p, rest, err := unquotePrefix(s)
 	if err != nil {
@@ -138,8 +180,12 @@ func decodeEntry(s string) (mentry, error) {
 	}
 	e = mentry{
 		Path: p, Kind: Kind(nums[0]), Mode: fs.FileMode(nums[1]), Size: nums[2], Target: target,
-		Parent: fingerprint{uint64(nums[3]), uint64(nums[4]), nums[5], nums[6], nums[7], uint32(nums[8])},
-		Child:  fingerprint{uint64(nums[9]), uint64(nums[10]), nums[11], nums[12], nums[13], uint32(nums[14])},
+		Parent:    fingerprint{uint64(nums[3]), uint64(nums[4]), nums[5], nums[6], nums[7], uint32(nums[8])},
+		Child:     fingerprint{uint64(nums[9]), uint64(nums[10]), nums[11], nums[12], nums[13], uint32(nums[14])},
+		HasDigest: hasDigest, Digest: digest,
+	}
+	if hasDigest && e.Kind != KindFile {
+		return e, errors.New("a digest for a symlink")
 	}
 	if e.Kind != KindFile && e.Kind != KindSymlink {
 		return e, fmt.Errorf("kind %d", nums[0])

@@ -246,7 +246,8 @@ func (s *scanner) parentEntry(p string, st *unix.Stat_t) (Entry, error) {
 
 // sameAsBase reports whether the entry at p in tree t (status st) holds the base's
 // content: the same stat as recorded, unless the record is racy (then nothing is read),
-// else the same kind, mode, size and bytes (or target).
+// else the same kind, mode, size and bytes (or target; or SHA-256, for a base kept as a
+// digest).
 func (s *scanner) sameAsBase(m *mentry, t *root, st *unix.Stat_t, recorded fingerprint, racy bool) (bool, error) {
 	k := kindOf(st.Mode)
 	if k != m.Kind || (k == KindFile && permOf(st.Mode) != m.Mode) {
@@ -264,6 +265,15 @@ func (s *scanner) sameAsBase(m *mentry, t *root, st *unix.Stat_t, recorded finge
 			return false, fmt.Errorf("compare %s: %w", m.Path, err)
 		}
 		return target == m.Target, nil
+	}
+	if m.HasDigest {
+		f, err := s.openContent(t, m.Path)
+		if err != nil {
+			return false, fmt.Errorf("compare %s with the base: %w", m.Path, err)
+		}
+		defer f.Close()
+		d, err := digestOf(f, s.read)
+		return err == nil && d == m.Digest, err
 	}
 	bst, err := s.base.lstat(m.Path)
 	if err != nil {

@@ -68,7 +68,7 @@ func TestHandBackSweepsInTheBackground(t *testing.T) {
 	if target, err := os.Readlink(st.ws.Path()); err != nil || target != st.ws.Parent {
 		t.Fatalf("the child's directory is not a link yet: %q %v", target, err)
 	}
-	if got := readTree(t, filepath.Join(trash, baseName)); !maps.Equal(got, private(st.copied)) {
+	if got := readTree(t, filepath.Join(trash, baseName)); !maps.Equal(got, st.baseDir) {
 		t.Fatalf("trash/base holds %v", got)
 	}
 	if got := readTree(t, filepath.Join(trash, workName)); !maps.Equal(got, st.child) {
