@@ -3,12 +3,16 @@ package ignore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // gitCases are trees whose listing must be exactly what git lists.
@@ -298,19 +302,42 @@ func TestWalkTooDeep(t *testing.T) {
 	}
 }
 
+// TestWalkUnreadableGitignore checks a .gitignore the walker may not read fails the walk
+// with fs.ErrPermission. As root, the walk runs on an OS thread that has dropped the
+// capabilities that let root read any file (capabilities are per thread).
 func TestWalkUnreadableGitignore(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root reads a mode-000 file: nothing to test")
-	}
 	dir := t.TempDir()
 	buildTree(t, dir, "file .gitignore: x", "file x")
 	if err := os.Chmod(filepath.Join(dir, ".gitignore"), 0); err != nil {
 		t.Fatal(err)
 	}
-	err := Walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
-	if !errors.Is(err, fs.ErrPermission) {
+	done := make(chan error, 1)
+	go func() {
+		if os.Geteuid() == 0 {
+			// The thread stays locked: it ends with this goroutine, capabilities dropped.
+			runtime.LockOSThread()
+			if err := dropFileCapabilities(); err != nil {
+				done <- fmt.Errorf("drop capabilities: %w", err)
+				return
+			}
+		}
+		done <- Walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
+	}()
+	if err := <-done; !errors.Is(err, fs.ErrPermission) {
 		t.Errorf("err = %v, want fs.ErrPermission", err)
 	}
+}
+
+// dropFileCapabilities removes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the calling
+// thread's effective set.
+func dropFileCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[0].Effective &^= 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH
+	return unix.Capset(&hdr, &data[0])
 }
 
 func TestWalkFIFOGitignore(t *testing.T) {
