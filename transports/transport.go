@@ -118,6 +118,18 @@ type Capabilities struct {
 // Grace is the default time Kill waits after closing stdin, and again after TERM.
 const Grace = 2 * time.Second
 
+// ResolveGrace reads a grace option the way every transport's Options document it: zero
+// means Grace, a negative duration means no wait (0), any other is itself.
+func ResolveGrace(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return Grace
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
 // ErrUnavailable reports that a transport cannot start kernels here (no interpreter, no
 // engine, no image). Errors wrap it with the reason and the fix.
 var ErrUnavailable = errors.New("transport unavailable")

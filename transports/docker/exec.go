@@ -35,7 +35,7 @@ func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transpor
 	if err != nil {
 		return nil, fmt.Errorf("start exec in container %s: %w", t.opts.Container, classify(err))
 	}
-	k := newKernel(transports.Info{Transport: Name, ID: created.ID}, att.HijackedResponse, spec.Stderr, grace(t.opts.StdinGrace))
+	k := newKernel(transports.Info{Transport: Name, ID: created.ID}, att.HijackedResponse, spec.Stderr, transports.ResolveGrace(t.opts.StdinGrace))
 	// The bundle goes first, before any frame; a kernel that cannot start (no python)
 	// may not read it, so a failed write is left for Wait to explain.
 	if dl, ok := ctx.Deadline(); ok {
@@ -44,7 +44,7 @@ func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transpor
 	_, _ = k.stdin.Write(bc.payload)
 	_ = att.Conn.SetWriteDeadline(time.Time{})
 	execID := created.ID
-	term := grace(t.opts.StopGrace)
+	term := transports.ResolveGrace(t.opts.StopGrace)
 	k.escalate = func(ctx context.Context) {
 		// No engine call ends an exec: signal its process on the engine's host (where the
 		// controller runs beside a local engine); a remote engine's exec ends when its

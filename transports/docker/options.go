@@ -190,12 +190,3 @@ func (o Options) check() error {
 	return nil
 }
 
-func grace(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return 2 * time.Second
-	case d < 0:
-		return 0
-	}
-	return d
-}

@@ -113,8 +113,8 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 		att.Close()
 		return nil, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
 	}
-	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr, grace(t.opts.StdinGrace))
-	stop := int(math.Ceil(grace(t.opts.StopGrace).Seconds()))
+	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr, transports.ResolveGrace(t.opts.StdinGrace))
+	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
 		stop = 0
 	}

@@ -12,17 +12,9 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
-)
 
-// envMap reads an environment the way a process sees it: the last entry of a key wins.
-func envMap(env []string) map[string]string {
-	m := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		m[k] = v
-	}
-	return m
-}
+	"github.com/kennel-dev/kennel/transports/transporttest"
+)
 
 func TestKernelEnvOrder(t *testing.T) {
 	key := rapid.SampledFrom([]string{"A", "B", "PATH", "KENNEL_KERNEL_OWNER_PID", "KENNEL_KERNEL_OWNER",
@@ -35,18 +27,8 @@ func TestKernelEnvOrder(t *testing.T) {
 		stub := rapid.SliceOf(entry).Draw(t, "stub")
 		spec := rapid.SliceOf(entry).Draw(t, "spec")
 		owner := rapid.IntRange(1, 1<<22).Draw(t, "owner")
-		got := kernelEnv(host, owner, stub, spec)
-
-		// One entry per key.
-		seen := map[string]bool{}
-		for _, kv := range got {
-			k, _, _ := strings.Cut(kv, "=")
-			if seen[k] {
-				t.Fatalf("key %s twice in %q", k, got)
-			}
-			seen[k] = true
-		}
-		// The same as layering: host without KENNEL_KERNEL_*, owner, stub, spec.
+		// One entry per key, and the same as layering: host without KENNEL_KERNEL_*,
+		// owner, stub, spec.
 		want := map[string]string{}
 		for _, kv := range host {
 			if !strings.HasPrefix(kv, "KENNEL_KERNEL_") {
@@ -56,18 +38,12 @@ func TestKernelEnvOrder(t *testing.T) {
 		}
 		want["KENNEL_KERNEL_OWNER_PID"] = strconv.Itoa(owner)
 		for _, layer := range [][]string{stub, spec} {
-			for k, v := range envMap(layer) {
+			for k, v := range transporttest.EnvMap(layer) {
 				want[k] = v
 			}
 		}
-		gm := envMap(got)
-		if len(gm) != len(want) {
-			t.Fatalf("got %v, want %v", gm, want)
-		}
-		for k, v := range want {
-			if gm[k] != v {
-				t.Fatalf("%s=%q, want %q (got %q)", k, gm[k], v, got)
-			}
+		if err := transporttest.CheckEnv(kernelEnv(host, owner, stub, spec), want); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

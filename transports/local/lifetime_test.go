@@ -17,6 +17,7 @@ import (
 
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
 // helperEnv puts the test binary in helper mode (see helper); its value is the mode.
@@ -39,12 +40,12 @@ func helper(mode string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
-	c := newClient(k)
-	if _, err := c.hello(); err != nil {
+	c := transporttest.NewClient(k)
+	if _, err := c.Hello(); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
 	}
-	pids, err := c.sleepers()
+	pids, err := c.Sleepers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
@@ -98,30 +99,6 @@ func eventuallyGone(t *testing.T, d time.Duration, ps ...proc) {
 	}
 }
 
-// start starts a kernel of tr, reads its hello and registers its teardown.
-func start(t *testing.T, tr *local.Transport, spec transports.Spec) (transports.Kernel, *client) {
-	t.Helper()
-	if spec.SessionID == "" {
-		spec.SessionID = "s"
-	}
-	if spec.Dir == "" {
-		spec.Dir = t.TempDir()
-	}
-	if spec.Stderr == nil {
-		spec.Stderr = os.Stderr
-	}
-	k, err := tr.Start(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { killAndWait(k) })
-	c := newClient(k)
-	if _, err := c.hello(); err != nil {
-		t.Fatal(err)
-	}
-	return k, c
-}
-
 func waitExit(t *testing.T, k transports.Kernel, d time.Duration) transports.Exit {
 	t.Helper()
 	ch := make(chan transports.Exit, 1)
@@ -141,9 +118,10 @@ func waitExit(t *testing.T, k transports.Kernel, d time.Duration) transports.Exi
 	return transports.Exit{}
 }
 
-func (c *client) sleeperProcs(t *testing.T) []proc {
+// sleeperProcs runs the sleepers cell (Client.Sleepers) and identifies its processes.
+func sleeperProcs(t *testing.T, c *transporttest.Client) []proc {
 	t.Helper()
-	pids, err := c.sleepers()
+	pids, err := c.Sleepers()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +141,9 @@ func TestOwnerDeathEndsTheKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = owner.Process.Kill(); _ = owner.Wait() }()
-	k, c := start(t, tr, transports.Spec{Env: []string{"KENNEL_KERNEL_OWNER_PID=" + strconv.Itoa(owner.Process.Pid)}})
-	ps := append(c.sleeperProcs(t), identify(t, k.Info().PID))
-	if out, err := c.run("import os\nprint(os.environ['KENNEL_KERNEL_OWNER_PID'])"); err != nil || strings.TrimSpace(out) != strconv.Itoa(owner.Process.Pid) {
+	k, c := transporttest.Start(t, tr, transports.Spec{Env: []string{"KENNEL_KERNEL_OWNER_PID=" + strconv.Itoa(owner.Process.Pid)}})
+	ps := append(sleeperProcs(t, c), identify(t, k.Info().PID))
+	if out, err := c.Run("import os\nprint(os.environ['KENNEL_KERNEL_OWNER_PID'])"); err != nil || strings.TrimSpace(out) != strconv.Itoa(owner.Process.Pid) {
 		t.Fatalf("owner pid in the kernel: %q, %v", out, err)
 	}
 	_ = owner.Process.Kill()
@@ -179,8 +157,8 @@ func TestOwnerDeathEndsTheKernel(t *testing.T) {
 
 // Without an override the owner is the controller (this process).
 func TestOwnerIsTheControllerByDefault(t *testing.T) {
-	_, c := start(t, newTransport(t), transports.Spec{})
-	out, err := c.run("import os\nprint(os.environ['KENNEL_KERNEL_OWNER_PID'])")
+	_, c := transporttest.Start(t, newTransport(t), transports.Spec{})
+	out, err := c.Run("import os\nprint(os.environ['KENNEL_KERNEL_OWNER_PID'])")
 	if err != nil || strings.TrimSpace(out) != strconv.Itoa(os.Getpid()) {
 		t.Fatalf("owner pid in the kernel: %q, %v; want %d", out, err, os.Getpid())
 	}
@@ -191,18 +169,18 @@ func TestOwnerIsTheControllerByDefault(t *testing.T) {
 func TestReaperEndsSleepersOfAKernelThatExitsByItself(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		end  func(k transports.Kernel, c *client) error
+		end  func(k transports.Kernel, c *transporttest.Client) error
 		want transports.Exit
 	}{
-		{"stdin EOF", func(k transports.Kernel, c *client) error { return k.Stdin().Close() }, transports.Exit{Code: 0}},
-		{"os._exit(3)", func(k transports.Kernel, c *client) error {
-			_, err := c.send("import os\nos._exit(3)")
+		{"stdin EOF", func(k transports.Kernel, c *transporttest.Client) error { return k.Stdin().Close() }, transports.Exit{Code: 0}},
+		{"os._exit(3)", func(k transports.Kernel, c *transporttest.Client) error {
+			_, err := c.Send("import os\nos._exit(3)")
 			return err
 		}, transports.Exit{Code: 3}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k, cl := start(t, newTransport(t), transports.Spec{})
-			ps := cl.sleeperProcs(t)
+			k, cl := transporttest.Start(t, newTransport(t), transports.Spec{})
+			ps := sleeperProcs(t, cl)
 			if err := c.end(k, cl); err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +265,7 @@ func TestStartRefusesBadSpecs(t *testing.T) {
 	} {
 		k, err := tr.Start(context.Background(), c.spec)
 		if err == nil {
-			killAndWait(k)
+			transporttest.Stop(t, k)
 			t.Errorf("%s: Start succeeded", c.name)
 			continue
 		}
@@ -304,7 +282,7 @@ func TestStartWithAnExecutableThatIsNoReaper(t *testing.T) {
 	tr := local.New(local.Options{CacheDir: t.TempDir(), Python: p, Reaper: "/bin/true"})
 	k, err := tr.Start(context.Background(), transports.Spec{SessionID: "s", Dir: t.TempDir()})
 	if err == nil {
-		killAndWait(k)
+		transporttest.Stop(t, k)
 		t.Fatal("Start succeeded")
 	}
 	if !strings.Contains(err.Error(), "reaper.Main") {
@@ -316,8 +294,8 @@ func TestStartWithAnExecutableThatIsNoReaper(t *testing.T) {
 func TestKillReturnsWhenItsContextEnds(t *testing.T) {
 	p := needPython(t)
 	tr := local.New(local.Options{CacheDir: t.TempDir(), Python: p, StdinGrace: 300 * time.Millisecond, TermGrace: 300 * time.Millisecond})
-	k, c := start(t, tr, transports.Spec{})
-	if _, err := c.send("while True: pass"); err != nil {
+	k, c := transporttest.Start(t, tr, transports.Spec{})
+	if _, err := c.Send("while True: pass"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -343,12 +321,12 @@ func TestInterpreterIsResolvedOnce(t *testing.T) {
 	}
 	tr := local.New(local.Options{CacheDir: t.TempDir(), Python: shim})
 	for range 3 {
-		k, c := start(t, tr, transports.Spec{})
-		out, err := c.run("import sys\nprint(sys.executable)")
+		k, c := transporttest.Start(t, tr, transports.Spec{})
+		out, err := c.Run("import sys\nprint(sys.executable)")
 		if err != nil || strings.TrimSpace(out) != p {
 			t.Fatalf("kernel runs %q, %v; want %s", out, err, p)
 		}
-		killAndWait(k)
+		transporttest.Stop(t, k)
 	}
 	b, err := os.ReadFile(count)
 	if err != nil || strings.Count(string(b), "run") != 1 {
@@ -363,7 +341,7 @@ func TestStdoutEndsAfterTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	killAndWait(k)
+	transporttest.Stop(t, k)
 	buf := make([]byte, 1<<20)
 	for {
 		_, err := k.Stdout().Read(buf)

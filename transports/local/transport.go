@@ -70,16 +70,6 @@ func (t *Transport) Capabilities() transports.Capabilities {
 	return transports.Capabilities{HostEnv: true, HostPIDs: true, SameFS: true}
 }
 
-func grace(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return transports.Grace
-	case d < 0:
-		return 0
-	}
-	return d
-}
-
 // Start launches a kernel and returns once its process runs (not once it said hello:
 // the hello is the first frame on Stdout). ctx bounds only the start.
 //
@@ -131,7 +121,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		Stdin:  inR,
 		Stdout: outW,
 		Stderr: spec.Stderr,
-		Grace:  grace(t.opts.TermGrace),
+		Grace:  transports.ResolveGrace(t.opts.TermGrace),
 	})
 	// The kernel holds its ends now (or nobody does).
 	inR.Close()
@@ -141,7 +131,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		outR.Close()
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
 	}
-	return newKernel(proc, inW, outR, grace(t.opts.StdinGrace), grace(t.opts.TermGrace)), nil
+	return newKernel(proc, inW, outR, transports.ResolveGrace(t.opts.StdinGrace), transports.ResolveGrace(t.opts.TermGrace)), nil
 }
 
 func (t *Transport) unpack(context.Context) (bundleDir, error) {

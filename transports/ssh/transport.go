@@ -84,16 +84,6 @@ func (t *Transport) Name() string { return Name }
 // Capabilities reports none: a remote kernel has its own environment, pids and files.
 func (t *Transport) Capabilities() transports.Capabilities { return transports.Capabilities{} }
 
-func grace(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return transports.Grace
-	case d < 0:
-		return 0
-	}
-	return d
-}
-
 // Start probes the host (or reuses a cached probe), stages the stub bundle if it is not
 // there, and starts the kernel in a new session on the shared connection; it returns
 // once the remote command runs, and the hello is the first frame on Stdout.
@@ -148,8 +138,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		id:         target.String() + ":" + path.Join(p.Home, ".kennel-remote", "run", runID),
 		preamble:   preamble,
 		stderr:     spec.Stderr,
-		stdinGrace: grace(t.opts.StdinGrace),
-		termGrace:  grace(t.opts.TermGrace),
+		stdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
+		termGrace:  transports.ResolveGrace(t.opts.TermGrace),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -48,7 +47,7 @@ func testHello(t *testing.T, s *suite) {
 	if info.HostPIDs != caps.HostPIDs {
 		t.Errorf("Info.HostPIDs %v, Capabilities.HostPIDs %v", info.HostPIDs, caps.HostPIDs)
 	}
-	pid, _ := f.fields["pid"].(float64)
+	pid, _ := f.Fields["pid"].(float64)
 	if caps.HostPIDs {
 		if int(pid) != info.PID {
 			t.Errorf("hello pid %v, Info.PID %d", pid, info.PID)
@@ -65,8 +64,8 @@ func testCellRoundTrip(t *testing.T, s *suite) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
 	ss.hello(t, s.bundle)
 	done, out := ss.execute(t, "print('hi from the kernel')\n6 * 7")
-	if done.str("status") != "ok" || done.str("result") != "42" {
-		t.Fatalf("done %s: want status ok, result 42", done.raw)
+	if done.Str("status") != "ok" || done.Str("result") != "42" {
+		t.Fatalf("done %s: want status ok, result 42", done.Raw)
 	}
 	if out != "hi from the kernel\n" {
 		t.Errorf("stdout %q", out)
@@ -77,8 +76,8 @@ func testCellRoundTrip(t *testing.T, s *suite) {
 		t.Errorf("x + 1 = %s, want 6", got)
 	}
 	done, _ = ss.execute(t, "1/0")
-	if done.str("status") != "error" {
-		t.Errorf("a failing cell: %s", done.raw)
+	if done.Str("status") != "error" {
+		t.Errorf("a failing cell: %s", done.Raw)
 	}
 }
 
@@ -140,39 +139,22 @@ func testStdinEOF(t *testing.T, s *suite) {
 	if err != nil || exit != (transports.Exit{Code: 0}) {
 		t.Fatalf("after stdin EOF: %+v, %v; want a clean exit 0, not killed", exit, err)
 	}
-	ss.rd.end(t, s.cfg.timeout)
+	ss.end(t)
 }
 
-// sleepers is a cell that starts three sleep 1000 processes that try to outlive the
-// kernel: a plain child, one in a new session (setsid), and a double-forked orphan. It
-// prints their pids.
-const sleepers = `import subprocess
-_a = subprocess.Popen(["sleep", "1000"])
-_b = subprocess.Popen(["sleep", "1000"], start_new_session=True)
-_c = subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True).stdout.strip()
-print(_a.pid, _b.pid, _c)
-`
-
-// startSleepers runs the sleepers cell and returns the processes (empty without host pids).
+// startSleepers runs the sleepers cell (Client.Sleepers) and returns the processes,
+// the kernel's last (empty without host pids).
 func (ss *session) startSleepers(t *testing.T) []proc {
 	t.Helper()
-	done, out := ss.execute(t, sleepers)
-	if done.str("status") != "ok" {
-		t.Fatalf("sleepers cell: %s", done.raw)
-	}
-	fields := strings.Fields(out)
-	if len(fields) != 3 {
-		t.Fatalf("sleepers printed %q, want 3 pids", out)
+	pids, err := ss.c.Sleepers()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !ss.tr.Capabilities().HostPIDs {
 		return nil
 	}
 	var ps []proc
-	for _, f := range fields {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("sleepers printed %q", out)
-		}
+	for _, pid := range pids {
 		p, ok := identify(pid)
 		if !ok {
 			t.Fatalf("sleeper %d is not alive before the kill", pid)
@@ -214,7 +196,7 @@ func testKillLeavesNothing(t *testing.T, s *suite) {
 		t.Log("no host pids: the sleepers' end is not checked")
 	}
 	assertGone(t, ps)
-	ss.rd.end(t, s.cfg.timeout)
+	ss.end(t)
 }
 
 // A cell that holds the kernel's main thread does not hold off Kill: the stages go on
@@ -223,7 +205,7 @@ func testKillBusyKernel(t *testing.T, s *suite) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
 	ss.hello(t, s.bundle)
 	ps := ss.startSleepers(t)
-	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: "busy", Code: "while True: pass"}); err != nil {
+	if _, err := ss.c.Send("while True: pass"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
@@ -283,7 +265,7 @@ func testSignalDeath(t *testing.T, s *suite) {
 	}
 	ss := s.start(t, tr, s.spec(t))
 	ss.hello(t, s.bundle)
-	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: "die", Code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}); err != nil {
+	if _, err := ss.c.Send("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"); err != nil {
 		t.Fatal(err)
 	}
 	exit, err := ss.wait(t)
@@ -322,16 +304,16 @@ func testStartFailures(t *testing.T, s *suite) {
 		}
 		return
 	}
-	rd := newReader(k.Stdout())
-	ss := &session{tr: tr, k: k, rd: rd, d: s.cfg.timeout}
+	c := NewClient(k)
+	ss := &session{tr: tr, k: k, c: c, d: s.cfg.timeout}
 	exit, err := ss.wait(t)
 	if err == nil && exit.Code == 0 && exit.Signal == 0 {
 		t.Errorf("kernel with a missing interpreter: %+v, want a failure", exit)
 	}
 	select {
-	case f, ok := <-rd.frames:
+	case f, ok := <-c.rd.frames:
 		if ok {
-			t.Errorf("kernel with a missing interpreter wrote %s", f.raw)
+			t.Errorf("kernel with a missing interpreter wrote %s", f.Raw)
 		}
 	case <-time.After(s.cfg.timeout):
 		t.Errorf("stdout of a kernel with a missing interpreter did not end")

@@ -17,6 +17,11 @@
 // transport whose kernels see other paths passes WithSpec to set Spec.Dir (and
 // Spec.Python) to what exists in its sandbox.
 //
+// A transport's own tests speak to its kernels with the same code: Start starts a kernel
+// and reads its hello, and its Client runs cells (Run, Execute), starts jobs and reads
+// frames; Stop kills a kernel and waits for it. BenchStartToHello times Start until the
+// hello, so transports compared by it run the same benchmark.
+//
 // Frames are read and written as NDJSON per docs/protocol.md with encoding/json: the suite
 // checks behaviour, not speed. The suite reads /proc to find the test process's children,
 // so it runs on Linux.

@@ -7,51 +7,57 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"testing"
 	"time"
 )
 
 // lineLimit is the protocol's frame limit, newline included.
 const lineLimit = 32 << 20
 
-// frame is one line the kernel wrote, decoded.
-type frame struct {
-	raw    []byte
-	fields map[string]any
+// Frame is one line a kernel wrote, decoded. Its form is checked: a JSON object whose
+// first keys are "event" and "id", the id a string.
+type Frame struct {
+	// Raw is the line as the kernel wrote it, newline included.
+	Raw []byte
+	// Fields is the decoded object; numbers are float64, as encoding/json decodes them.
+	Fields map[string]any
 }
 
-func (f frame) str(key string) string {
-	s, _ := f.fields[key].(string)
+// Str returns the string field key, or "" when it is missing or not a string.
+func (f Frame) Str(key string) string {
+	s, _ := f.Fields[key].(string)
 	return s
 }
 
-func (f frame) event() string { return f.str("event") }
-func (f frame) id() string    { return f.str("id") }
+// Event returns the frame's "event".
+func (f Frame) Event() string { return f.Str("event") }
 
-// reader delivers the kernel's frames on a channel, checking each one's form on the way:
-// a JSON object whose first keys are "event" and "id", the id a string.
+// ID returns the frame's "id": the id of the host frame it answers, "" for none.
+func (f Frame) ID() string { return f.Str("id") }
+
+// reader delivers the kernel's frames on a channel, checking each one's form on the way.
 type reader struct {
-	frames chan frame
-	errc   chan error // one value once the stream ends: nil at EOF
+	frames chan Frame
+	// err says why the stream ended: nil at EOF. It is set before frames is closed, and
+	// read only once a receive found frames closed.
+	err error
 }
 
 func newReader(r io.Reader) *reader {
-	rd := &reader{frames: make(chan frame, 64), errc: make(chan error, 1)}
+	rd := &reader{frames: make(chan Frame, 256)}
 	go func() {
 		defer close(rd.frames)
 		br := bufio.NewReaderSize(r, 64<<10)
 		for {
 			line, err := readLine(br)
 			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
+				if !errors.Is(err, io.EOF) {
+					rd.err = err
 				}
-				rd.errc <- err
 				return
 			}
 			f, err := parseFrame(line)
 			if err != nil {
-				rd.errc <- err
+				rd.err = err
 				// Keep draining so the kernel is never blocked on a full pipe.
 				_, _ = io.Copy(io.Discard, br)
 				return
@@ -83,20 +89,20 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 }
 
 // parseFrame decodes one line and checks the protocol's form.
-func parseFrame(line []byte) (frame, error) {
+func parseFrame(line []byte) (Frame, error) {
 	keys, err := firstKeys(line, 2)
 	if err != nil {
-		return frame{}, fmt.Errorf("frame %.200q: %w", line, err)
+		return Frame{}, fmt.Errorf("frame %.200q: %w", line, err)
 	}
 	if len(keys) < 2 || keys[0] != "event" || keys[1] != "id" {
-		return frame{}, fmt.Errorf("frame %.200q: keys start %q, want event, id", line, keys)
+		return Frame{}, fmt.Errorf("frame %.200q: keys start %q, want event, id", line, keys)
 	}
-	f := frame{raw: line}
-	if err := json.Unmarshal(line, &f.fields); err != nil {
-		return frame{}, fmt.Errorf("frame %.200q: %w", line, err)
+	f := Frame{Raw: line}
+	if err := json.Unmarshal(line, &f.Fields); err != nil {
+		return Frame{}, fmt.Errorf("frame %.200q: %w", line, err)
 	}
-	if _, ok := f.fields["id"].(string); !ok {
-		return frame{}, fmt.Errorf("frame %.200q: id is not a string", line)
+	if _, ok := f.Fields["id"].(string); !ok {
+		return Frame{}, fmt.Errorf("frame %.200q: id is not a string", line)
 	}
 	return f, nil
 }
@@ -130,51 +136,49 @@ func firstKeys(b []byte, n int) ([]string, error) {
 	return keys, nil
 }
 
-// next returns the next frame, failing the test at the end of the stream or after d.
-func (rd *reader) next(t testing.TB, d time.Duration) frame {
-	t.Helper()
+// next returns the next frame, or an error at the end of the stream or after d.
+func (rd *reader) next(d time.Duration) (Frame, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case f, ok := <-rd.frames:
 		if !ok {
-			t.Fatalf("kernel stdout ended (%v) while a frame was expected", <-rd.errc)
+			if rd.err != nil {
+				return Frame{}, fmt.Errorf("kernel stdout ended (%w) while a frame was expected", rd.err)
+			}
+			return Frame{}, errors.New("kernel stdout ended while a frame was expected")
 		}
-		return f
+		return f, nil
 	case <-timer.C:
-		t.Fatalf("no frame within %v", d)
+		return Frame{}, fmt.Errorf("no frame within %v", d)
 	}
-	return frame{}
 }
 
-// end waits for the end of the stream, failing the test if it is not a clean EOF within d.
-// Frames still in flight are discarded.
-func (rd *reader) end(t testing.TB, d time.Duration) {
-	t.Helper()
+// end discards frames until the stream ends; it returns nil for a clean EOF within d.
+func (rd *reader) end(d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
 		case _, ok := <-rd.frames:
-			if ok {
-				continue
+			if !ok {
+				if rd.err != nil {
+					return fmt.Errorf("kernel stdout ended with %w", rd.err)
+				}
+				return nil
 			}
-			if err := <-rd.errc; err != nil {
-				t.Fatalf("kernel stdout ended with %v", err)
-			}
-			rd.errc <- nil
-			return
 		case <-timer.C:
-			t.Fatalf("kernel stdout did not reach EOF within %v", d)
+			return fmt.Errorf("kernel stdout did not reach EOF within %v", d)
 		}
 	}
 }
 
 // hostFrame is a frame the host writes: "type" first, then "id".
 type hostFrame struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
-	Code string `json:"code,omitempty"`
+	Type    string `json:"type"`
+	ID      string `json:"id"`
+	Code    string `json:"code,omitempty"`
+	Command string `json:"command,omitempty"`
 }
 
 func writeFrame(w io.Writer, f hostFrame) error {

@@ -56,7 +56,7 @@ func FuzzParseFrame(f *testing.F) {
 		if err != nil || keys[0] != "event" || keys[1] != "id" {
 			t.Fatalf("accepted %q with keys %q, %v", b, keys, err)
 		}
-		if _, ok := fr.fields["id"].(string); !ok {
+		if _, ok := fr.Fields["id"].(string); !ok {
 			t.Fatalf("accepted %q with a non-string id", b)
 		}
 	})

@@ -2,7 +2,6 @@ package transporttest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -38,7 +37,7 @@ func WithTimeout(d time.Duration) Option {
 // gets a fresh Transport. Cases run one after another, never in parallel: the suite
 // counts the test process's children around each one.
 func Run(t *testing.T, newTransport func(t *testing.T) transports.Transport, opts ...Option) {
-	cfg := config{timeout: 30 * time.Second}
+	cfg := config{timeout: defaultTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -64,19 +63,16 @@ type suite struct {
 
 // session is one kernel started by a case.
 type session struct {
-	tr     transports.Transport
-	spec   transports.Spec
-	k      transports.Kernel
-	rd     *reader
-	stderr *boundedBuffer
-	seq    int
-	d      time.Duration
+	tr transports.Transport
+	k  transports.Kernel
+	c  *Client
+	d  time.Duration
 }
 
 // spec is the Spec a case starts from: a fresh directory, the test's name as session.
 func (s *suite) spec(t *testing.T, env ...string) transports.Spec {
 	sp := transports.Spec{
-		SessionID: "tt-" + strings.NewReplacer("/", "-", " ", "_").Replace(t.Name()),
+		SessionID: sessionID(t),
 		Dir:       t.TempDir(),
 		Env:       env,
 	}
@@ -86,53 +82,32 @@ func (s *suite) spec(t *testing.T, env ...string) transports.Spec {
 	return sp
 }
 
-// start starts a kernel and registers its Kill and Wait for the end of the test.
+// start starts a kernel and registers its Kill, Wait and the end of its Stdout for the
+// end of the test.
 func (s *suite) start(t *testing.T, tr transports.Transport, sp transports.Spec) *session {
 	t.Helper()
-	stderr := &boundedBuffer{limit: 64 << 10}
-	sp.Stderr = stderr
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel()
-	k, err := tr.Start(ctx, sp)
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	ss := &session{tr: tr, spec: sp, k: k, rd: newReader(k.Stdout()), stderr: stderr, d: s.cfg.timeout}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-		defer cancel()
-		if err := k.Kill(ctx); err != nil {
-			t.Errorf("cleanup kill: %v", err)
-		}
-		if _, err := k.Wait(); err != nil {
-			t.Errorf("cleanup wait: %v", err)
-		}
-		ss.rd.end(t, s.cfg.timeout)
-		if t.Failed() {
-			t.Logf("kernel stderr:\n%s", stderr.String())
-		}
-	})
-	return ss
+	k, c := start(t, tr, sp, s.cfg.timeout)
+	return &session{tr: tr, k: k, c: c, d: s.cfg.timeout}
 }
 
 // hello reads the first frame and checks it is the protocol's hello.
-func (ss *session) hello(t *testing.T, bundle string) frame {
+func (ss *session) hello(t *testing.T, bundle string) Frame {
 	t.Helper()
-	f := ss.rd.next(t, ss.d)
-	if f.event() != "hello" || f.id() != "" {
-		t.Fatalf("first frame %s: want a hello with id \"\"", f.raw)
+	f, err := ss.c.Hello()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p, _ := f.fields["protocol"].(float64); p != 1 {
-		t.Errorf("hello protocol %v, want 1", f.fields["protocol"])
+	if p, _ := f.Fields["protocol"].(float64); p != 1 {
+		t.Errorf("hello protocol %v, want 1", f.Fields["protocol"])
 	}
-	if got := f.str("bundle"); got != bundle {
+	if got := f.Str("bundle"); got != bundle {
 		t.Errorf("hello bundle %q, want %q", got, bundle)
 	}
-	if v := f.str("python"); len(strings.Split(v, ".")) != 3 {
+	if v := f.Str("python"); len(strings.Split(v, ".")) != 3 {
 		t.Errorf("hello python %q, want major.minor.micro", v)
 	}
-	pid, _ := f.fields["pid"].(float64)
-	pgid, _ := f.fields["pgid"].(float64)
+	pid, _ := f.Fields["pid"].(float64)
+	pgid, _ := f.Fields["pgid"].(float64)
 	if pid < 1 || pgid != pid {
 		t.Errorf("hello pid %v pgid %v: want a kernel leading its own process group", pid, pgid)
 	}
@@ -140,33 +115,32 @@ func (ss *session) hello(t *testing.T, bundle string) frame {
 }
 
 // execute runs one cell and returns its done frame and the text it wrote to stdout.
-func (ss *session) execute(t *testing.T, code string) (done frame, stdout string) {
+func (ss *session) execute(t *testing.T, code string) (done Frame, stdout string) {
 	t.Helper()
-	ss.seq++
-	id := fmt.Sprintf("c%d", ss.seq)
-	if err := writeFrame(ss.k.Stdin(), hostFrame{Type: "execute", ID: id, Code: code}); err != nil {
-		t.Fatalf("write execute: %v", err)
+	done, stdout, err := ss.c.Execute(code)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var out strings.Builder
-	for {
-		f := ss.rd.next(t, ss.d)
-		switch {
-		case f.event() == "stream" && f.id() == id && f.str("name") == "stdout":
-			out.WriteString(f.str("text"))
-		case f.event() == "done" && f.id() == id:
-			return f, out.String()
-		}
-	}
+	return done, stdout
 }
 
 // value runs a cell that must succeed and returns the repr of its final expression.
 func (ss *session) value(t *testing.T, code string) string {
 	t.Helper()
 	done, _ := ss.execute(t, code)
-	if done.str("status") != "ok" {
-		t.Fatalf("cell %q: %s", code, done.raw)
+	if done.Str("status") != "ok" {
+		t.Fatalf("cell %q: %s", code, done.Raw)
 	}
-	return done.str("result")
+	return done.Str("result")
+}
+
+// end waits for a clean EOF on the kernel's Stdout, failing the test after the suite's
+// timeout.
+func (ss *session) end(t *testing.T) {
+	t.Helper()
+	if err := ss.c.End(ss.d); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wait waits for the kernel's end, failing the test after the suite's timeout.

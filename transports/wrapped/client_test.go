@@ -1,22 +1,17 @@
 package wrapped_test
 
 import (
-	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
 )
@@ -48,140 +43,41 @@ var wrappers = []wrapper{
 	{"bwrap", wrappedtest.Bwrap, true},
 }
 
-// client speaks just enough of the protocol for these tests.
-type client struct {
-	k      transports.Kernel
-	frames chan map[string]any
-	seq    int
-}
-
-func newClient(k transports.Kernel) *client {
-	c := &client{k: k, frames: make(chan map[string]any, 256)}
-	go func() {
-		defer close(c.frames)
-		sc := bufio.NewScanner(k.Stdout())
-		sc.Buffer(make([]byte, 64<<10), 32<<20)
-		for sc.Scan() {
-			var f map[string]any
-			if json.Unmarshal(sc.Bytes(), &f) == nil {
-				c.frames <- f
-			}
-		}
-	}()
-	return c
-}
-
-// start starts a kernel, reads its hello, and kills it when the test ends.
-func start(t *testing.T, tr transports.Transport, spec transports.Spec) (transports.Kernel, *client, *lockedBuffer) {
+// run runs a cell that must succeed and returns what it wrote to stdout.
+func run(t testing.TB, c *transporttest.Client, code string) string {
 	t.Helper()
-	if spec.SessionID == "" {
-		spec.SessionID = "wt"
-	}
-	stderr := &lockedBuffer{}
-	spec.Stderr = stderr
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	k, err := tr.Start(ctx, spec)
+	out, err := c.Run(code)
 	if err != nil {
-		t.Fatalf("start: %v", err)
+		t.Fatal(err)
 	}
-	c := newClient(k)
-	t.Cleanup(func() {
-		killAndWait(t, k)
-		for range c.frames {
-		}
-		if t.Failed() {
-			t.Logf("kernel stderr:\n%s", stderr.String())
-		}
-	})
-	f, err := c.next()
-	if err != nil || f["event"] != "hello" {
-		t.Fatalf("hello: %v, %v; stderr:\n%s", f, err, stderr.String())
-	}
-	return k, c, stderr
-}
-
-func killAndWait(t testing.TB, k transports.Kernel) {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := k.Kill(ctx); err != nil {
-		t.Errorf("kill: %v", err)
-	}
-	if _, err := k.Wait(); err != nil {
-		t.Errorf("wait: %v", err)
-	}
-}
-
-func (c *client) next() (map[string]any, error) {
-	select {
-	case f, ok := <-c.frames:
-		if !ok {
-			return nil, fmt.Errorf("kernel stdout ended")
-		}
-		return f, nil
-	case <-time.After(wait):
-		return nil, fmt.Errorf("no frame within %v", wait)
-	}
-}
-
-func (c *client) write(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = c.k.Stdin().Write(append(b, '\n'))
-	return err
-}
-
-// run executes a cell that must succeed and returns what it printed.
-func (c *client) run(t testing.TB, code string) string {
-	t.Helper()
-	c.seq++
-	id := "c" + strconv.Itoa(c.seq)
-	if err := c.write(map[string]string{"type": "execute", "id": id, "code": code}); err != nil {
-		t.Fatalf("execute: %v", err)
-	}
-	var out strings.Builder
-	for {
-		f, err := c.next()
-		if err != nil {
-			t.Fatalf("cell %q: %v", code, err)
-		}
-		if f["id"] != id {
-			continue
-		}
-		switch f["event"] {
-		case "stream":
-			if f["name"] == "stdout" {
-				out.WriteString(f["text"].(string))
-			}
-		case "done":
-			if f["status"] != "ok" {
-				t.Fatalf("cell %q: %v", code, f)
-			}
-			return out.String()
-		}
-	}
+	return out
 }
 
 // job starts a shell job and waits for its job_start frame.
-func (c *client) job(t testing.TB, command string) {
+func job(t testing.TB, c *transporttest.Client, command string) {
 	t.Helper()
-	c.seq++
-	id := "j" + strconv.Itoa(c.seq)
-	if err := c.write(map[string]string{"type": "job_run", "id": id, "command": command}); err != nil {
-		t.Fatalf("job_run: %v", err)
+	if err := c.Job(command); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// busy starts a cell that holds the kernel's main thread, and returns once it runs.
+func busy(t testing.TB, c *transporttest.Client) {
+	t.Helper()
+	id, err := c.Send("print('busy', flush=True)\nwhile True: pass")
+	if err != nil {
+		t.Fatal(err)
 	}
 	for {
-		f, err := c.next()
+		f, err := c.Next()
 		if err != nil {
-			t.Fatalf("job %q: %v", command, err)
+			t.Fatalf("busy cell: %v", err)
 		}
-		if f["id"] == id && f["event"] == "job_start" {
+		if f.ID() == id && f.Event() == "stream" {
 			return
 		}
-		if f["id"] == id && f["event"] == "job_end" {
-			t.Fatalf("job %q ended at once: %v", command, f)
+		if f.ID() == id && f.Event() == "done" {
+			t.Fatalf("busy cell ended: %s", f.Raw)
 		}
 	}
 }
@@ -306,47 +202,9 @@ func eventuallyNoneMarked(key, value string, d time.Duration) []int {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func randomHex() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-// busy starts a cell that holds the kernel's main thread, and returns once it runs.
-func (c *client) busy(t testing.TB) {
-	t.Helper()
-	if err := c.write(map[string]string{"type": "execute", "id": "busy", "code": "print('busy', flush=True)\nwhile True: pass"}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := c.next()
-		if err != nil {
-			t.Fatalf("busy cell: %v", err)
-		}
-		if f["id"] == "busy" && f["event"] == "stream" {
-			return
-		}
-		if f["id"] == "busy" && f["event"] == "done" {
-			t.Fatalf("busy cell ended: %v", f)
-		}
-	}
-}
 
 // waitMarked waits until at least n processes carry the marker.
 func waitMarked(t testing.TB, key, value string, n int) {

@@ -55,9 +55,9 @@ func newKernel(cmd *exec.Cmd, stdin, stdout, stderr *os.File, stderrTo io.Writer
 		stdin:      newGatedWriter(stdin, preamble),
 		stdout:     &pipeReader{f: stdout},
 		info:       transports.Info{Transport: Name, ID: strconv.Itoa(pid)},
-		stdinGrace: grace(opts.StdinGrace),
-		termGrace:  grace(opts.TermGrace),
-		drainGrace: grace(opts.DrainGrace),
+		stdinGrace: transports.ResolveGrace(opts.StdinGrace),
+		termGrace:  transports.ResolveGrace(opts.TermGrace),
+		drainGrace: transports.ResolveGrace(opts.DrainGrace),
 		exitSeen:   make(chan struct{}),
 		finished:   make(chan struct{}),
 	}

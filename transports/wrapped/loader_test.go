@@ -15,6 +15,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
 func specOf(dir string, env []string) transports.Spec {
@@ -214,7 +215,7 @@ sys.stdout.write(json.dumps({"cwd": os.getcwd(), "env": {k.hex(): v.hex() for k,
 			rt.Fatalf("%q: %v", out, err)
 		}
 		want := map[string]string{}
-		for k, v := range envMap(env) {
+		for k, v := range transporttest.EnvMap(env) {
 			want[hexOf(k)] = hexOf(v)
 		}
 		if got.Cwd != dir {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 )
 
@@ -32,9 +33,9 @@ func TestEnvironmentIsExactlyTheKernels(t *testing.T) {
 				"KENNEL_WRAPPED_TEST_EMPTY=",
 				"LANG=C.UTF-8",
 			}}
-			k, c, _ := start(t, sb.Transport, spec)
+			k, c := transporttest.Start(t, sb.Transport, spec)
 			var got map[string]string
-			out := c.run(t, "import json, os\nprint(json.dumps(dict(os.environ)))")
+			out := run(t, c, "import json, os\nprint(json.dumps(dict(os.environ)))")
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("environment %q: %v", out, err)
 			}
@@ -59,8 +60,8 @@ func TestEnvironmentIsExactlyTheKernels(t *testing.T) {
 			}
 			// A child sees the same; the interpreter's initial environment (env -i) has
 			// the fixed start entries only.
-			child := c.run(t, "import subprocess\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)")
-			initial := c.run(t, "print(open('/proc/self/environ', 'rb').read().decode('utf-8', 'replace'))")
+			child := run(t, c, "import subprocess\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)")
+			initial := run(t, c, "print(open('/proc/self/environ', 'rb').read().decode('utf-8', 'replace'))")
 			for _, text := range []string{out, child, initial} {
 				if strings.Contains(text, secret) {
 					t.Errorf("the host's secret reached the kernel: %q", text)
@@ -105,8 +106,8 @@ func TestCwdIsTheSandboxPath(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := sb.SandboxDir + "/sub"
-			_, c, _ := start(t, sb.Transport, transports.Spec{Dir: dir})
-			got := c.run(t, "import os\nprint(os.getcwd())\nprint(open('from-host').read())\nopen('from-kernel', 'w').write('kernel')")
+			_, c := transporttest.Start(t, sb.Transport, transports.Spec{Dir: dir})
+			got := run(t, c, "import os\nprint(os.getcwd())\nprint(open('from-host').read())\nopen('from-kernel', 'w').write('kernel')")
 			if want := dir + "\nhost\n"; got != want {
 				t.Errorf("kernel printed %q, want %q", got, want)
 			}
@@ -131,23 +132,23 @@ func TestKillLeavesNoProcessOfTheKernel(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			sb := w.make(t, testOptions())
 			key, value := marker()
-			k, c, _ := start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir, Env: []string{key + "=" + value}})
-			c.job(t, "sleep 1000")
-			c.job(t, "sleep 1000 & sleep 1000; wait")
+			k, c := transporttest.Start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir, Env: []string{key + "=" + value}})
+			job(t, c, "sleep 1000")
+			job(t, c, "sleep 1000 & sleep 1000; wait")
 			want := 4 // sleep; sh and its two sleeps (the kernel's own environ is env -i's)
 			if w.ownPIDs {
-				c.run(t, `import subprocess
+				run(t, c, `import subprocess
 subprocess.Popen(["sleep", "1000"], start_new_session=True)
 subprocess.run(["sh", "-c", "sleep 1000 >/dev/null 2>&1 &"])`)
 				want += 2
 			}
 			waitMarked(t, key, value, want)
-			c.busy(t)
+			busy(t, c)
 			tree := descendants(k.(*wrapped.Kernel).WrapperPID())
 			if !hasKernel(tree) {
 				t.Fatalf("no python3 below the wrapper: %v", tree)
 			}
-			killAndWait(t, k)
+			transporttest.Stop(t, k)
 			if exit, _ := k.Wait(); !exit.Killed {
 				t.Errorf("exit %+v: want Killed", exit)
 			}
@@ -180,24 +181,16 @@ func TestStdoutEndsAfterTheWrapperWhateverHoldsIt(t *testing.T) {
 	opts := testOptions()
 	opts.EOFGrace = 0 // the stub's default, 30 s
 	sb := wrappers[0].make(t, opts)
-	k, c, _ := start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir})
-	c.busy(t)
+	k, c := transporttest.Start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir})
+	busy(t, c)
 	tree := descendants(k.(*wrapped.Kernel).WrapperPID())
 	t.Cleanup(func() { eventuallyGone(tree, 0) })
-	killAndWait(t, k)
+	transporttest.Stop(t, k)
 	if !hasKernel(alive(tree)) {
 		t.Fatal("the kernel ended with the wrapper: this test needs one that outlives it")
 	}
-	ended := make(chan struct{})
-	go func() {
-		for range c.frames {
-		}
-		close(ended)
-	}()
-	select {
-	case <-ended:
-	case <-time.After(15 * time.Second):
-		t.Fatal("stdout did not end after the wrapper exited")
+	if err := c.End(15 * time.Second); err != nil {
+		t.Fatalf("stdout after the wrapper exited: %v", err)
 	}
 }
 
@@ -237,7 +230,7 @@ func TestStartRefusesBadSpecs(t *testing.T) {
 		tr := wrapped.New(c.opts)
 		k, err := tr.Start(t.Context(), c.spec)
 		if err == nil {
-			killAndWait(t, k)
+			transporttest.Stop(t, k)
 			t.Errorf("%s: Start succeeded", c.name)
 			continue
 		}
@@ -278,16 +271,17 @@ func TestStubAlreadyInTheSandbox(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c := newClient(k)
-				f, err := c.next()
-				if err != nil || f["event"] != "hello" || f["bundle"] != hash {
-					t.Errorf("hello %v, %v; want bundle %q", f, err, hash)
+				c := transporttest.NewClient(k)
+				f, err := c.Hello()
+				if err != nil || f.Fields["bundle"] != hash {
+					t.Errorf("hello %s, %v; want bundle %q", f.Raw, err, hash)
 				}
-				if out := c.run(t, "import kennel\nprint(kennel.__file__)"); !strings.HasPrefix(out, opts.StubDir) {
+				if out := run(t, c, "import kennel\nprint(kennel.__file__)"); !strings.HasPrefix(out, opts.StubDir) {
 					t.Errorf("the stub runs from %q, want %s", out, opts.StubDir)
 				}
-				killAndWait(t, k)
-				for range c.frames {
+				transporttest.Stop(t, k)
+				if err := c.End(0); err != nil {
+					t.Error(err)
 				}
 			}
 		})
@@ -302,8 +296,8 @@ func TestInheritWrapperEnvStillReplacesTheEnvironment(t *testing.T) {
 	sb := wrappers[0].make(t, opts)
 	secret := "host-secret-" + randomHex()
 	t.Setenv("KENNEL_WRAPPED_TEST_HOST_SECRET", secret)
-	_, c, _ := start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir, Env: []string{"A=1"}})
-	out := c.run(t, "import os, subprocess\nprint(sorted(os.environ))\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)")
+	_, c := transporttest.Start(t, sb.Transport, transports.Spec{Dir: sb.SandboxDir, Env: []string{"A=1"}})
+	out := run(t, c, "import os, subprocess\nprint(sorted(os.environ))\nprint(subprocess.run(['env'], capture_output=True, text=True).stdout)")
 	if strings.Contains(out, secret) || !strings.Contains(out, "'A'") || !strings.Contains(out, "A=1") {
 		t.Errorf("kernel environment %q", out)
 	}

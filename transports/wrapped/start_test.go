@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
 // envEntry draws a KEY=VALUE entry: any bytes but NUL in the value, '=' included.
@@ -84,16 +85,6 @@ func FuzzDecodeStart(f *testing.F) {
 	})
 }
 
-// envMap reads an environment the way a process sees it: the last entry of a key wins.
-func envMap(env []string) map[string]string {
-	m := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		m[k] = v
-	}
-	return m
-}
-
 func TestKernelEnvLayers(t *testing.T) {
 	key := rapid.SampledFrom([]string{"A", "B", "PATH", images.EnvOwnerPID, images.EnvOwner,
 		images.EnvBundle, images.EnvEOFGrace})
@@ -103,29 +94,14 @@ func TestKernelEnvLayers(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		defaults := rapid.SliceOf(entry).Draw(t, "defaults")
 		spec := rapid.SliceOf(entry).Draw(t, "spec")
-		got := kernelEnv(defaults, spec)
-		seen := map[string]bool{}
-		for _, kv := range got {
-			k, _, _ := strings.Cut(kv, "=")
-			if seen[k] {
-				t.Fatalf("key %s twice in %q", k, got)
-			}
-			seen[k] = true
-		}
-		want := envMap(defaults)
-		for k, v := range envMap(spec) {
+		want := transporttest.EnvMap(defaults)
+		for k, v := range transporttest.EnvMap(spec) {
 			want[k] = v
 		}
 		delete(want, images.EnvOwnerPID)
 		want[images.EnvOwner] = "stdin"
-		gm := envMap(got)
-		if len(gm) != len(want) {
-			t.Fatalf("got %v, want %v", gm, want)
-		}
-		for k, v := range want {
-			if gm[k] != v {
-				t.Fatalf("%s=%q, want %q (got %q)", k, gm[k], v, got)
-			}
+		if err := transporttest.CheckEnv(kernelEnv(defaults, spec), want); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
@@ -166,7 +142,7 @@ func TestArgvCarriesNoSpecValue(t *testing.T) {
 		if err != nil || gotDir != dir || !bytes.Equal(rest, bc.payload) {
 			t.Fatalf("preamble: %q, %v, rest %d bytes", gotDir, err, len(rest))
 		}
-		m := envMap(gotEnv)
+		m := transporttest.EnvMap(gotEnv)
 		for i, v := range values {
 			if m["K"+string(rune('A'+i))] != v {
 				t.Fatalf("block env %q lacks %q", gotEnv, v)

@@ -123,16 +123,6 @@ func (t *Transport) Capabilities() transports.Capabilities {
 	return transports.Capabilities{}
 }
 
-func grace(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return transports.Grace
-	case d < 0:
-		return 0
-	}
-	return d
-}
-
 // Start launches the wrapper with the kernel command after its prefix and returns once
 // the wrapper process runs; the hello is the first frame on Stdout. ctx bounds only the
 // start.
