@@ -189,4 +189,3 @@ func (o Options) check() error {
 	}
 	return nil
 }
-
