@@ -1,10 +1,8 @@
 package ssh_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
 func TestStageTwiceSendsOnce(t *testing.T) {
@@ -92,57 +91,11 @@ func TestKilledStagingLeavesNoHalfBundle(t *testing.T) {
 	}
 }
 
-// frames reads frames from a kernel's stdout.
-type frames struct{ sc *bufio.Scanner }
-
-func (f *frames) next(t *testing.T) map[string]any {
+// startKernel starts a kernel on the test server's host in dir and reads its hello.
+func startKernel(t *testing.T, h *ssh.Hosts, dir string) (transports.Kernel, *transporttest.Client) {
 	t.Helper()
-	if !f.sc.Scan() {
-		t.Fatalf("stdout ended: %v", f.sc.Err())
-	}
-	var m map[string]any
-	if err := json.Unmarshal(f.sc.Bytes(), &m); err != nil {
-		t.Fatalf("not a frame (a banner in the stream?): %q", f.sc.Text())
-	}
-	return m
-}
-
-func (f *frames) until(t *testing.T, event, id string) map[string]any {
-	t.Helper()
-	for {
-		m := f.next(t)
-		if m["event"] == event && m["id"] == id {
-			return m
-		}
-	}
-}
-
-func send(t *testing.T, k transports.Kernel, frame map[string]any) {
-	t.Helper()
-	b, _ := json.Marshal(frame)
-	if _, err := k.Stdin().Write(append(b, '\n')); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func startKernel(t *testing.T, h *ssh.Hosts, dir string) (transports.Kernel, *frames, *strings.Builder) {
-	t.Helper()
-	var stderr strings.Builder
-	k, err := ssh.New(h, ssh.Options{Target: sshtest.Alias, StdinGrace: 500 * time.Millisecond, TermGrace: 500 * time.Millisecond}).Start(testCtx(t), transports.Spec{
-		SessionID: t.Name(), Dir: dir, Stderr: &lockedWriter{w: &stderr},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = k.Kill(ctx)
-		_, _ = k.Wait()
-	})
-	sc := bufio.NewScanner(k.Stdout())
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	return k, &frames{sc: sc}, &stderr
+	tr := ssh.New(h, ssh.Options{Target: sshtest.Alias, StdinGrace: 500 * time.Millisecond, TermGrace: 500 * time.Millisecond})
+	return transporttest.Start(t, tr, transports.Spec{SessionID: t.Name(), Dir: dir})
 }
 
 // The login profile prints a banner on stdout; the first line the controller reads is
@@ -153,13 +106,10 @@ func TestBannerDoesNotDisturbFrames(t *testing.T) {
 		t.Fatal("the test profile prints no banner on a plain ssh command's stdout")
 	}
 	h := newHosts(t, srv)
-	k, fr, _ := startKernel(t, h, "/")
-	if m := fr.next(t); m["event"] != "hello" {
-		t.Fatalf("first frame %v", m)
-	}
-	send(t, k, map[string]any{"type": "execute", "id": "c1", "code": "import os\nos.environ['HOME']"})
-	if d := fr.until(t, "done", "c1"); d["result"] != "'"+srv.Home+"'" {
-		t.Fatalf("done %v", d)
+	_, c := startKernel(t, h, "/") // the hello is the first line, a well-formed frame
+	done, _, err := c.Execute("import os\nos.environ['HOME']")
+	if err != nil || done.Str("result") != "'"+srv.Home+"'" {
+		t.Fatalf("done %s, %v", done.Raw, err)
 	}
 }
 
@@ -168,19 +118,22 @@ func TestBannerDoesNotDisturbFrames(t *testing.T) {
 func TestKillLeavesNoRemoteProcess(t *testing.T) {
 	srv := sshtest.Start(t)
 	h := newHosts(t, srv)
-	k, fr, _ := startKernel(t, h, "/")
-	fr.next(t)
+	k, c := startKernel(t, h, "/")
 	mark := "4242.17" + strings.TrimLeft(itoa(int(time.Now().UnixNano()%1000000)), "0")
-	send(t, k, map[string]any{"type": "job_run", "id": "j1", "command": "sleep " + mark + "1"})
-	fr.until(t, "job_start", "j1")
-	send(t, k, map[string]any{"type": "execute", "id": "c1", "code": `import subprocess
+	if err := c.Job("sleep " + mark + "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(`import subprocess
 subprocess.Popen(["sleep", "` + mark + `2"])
 subprocess.Popen(["sleep", "` + mark + `3"], start_new_session=True)
 subprocess.run(["sh", "-c", "sleep ` + mark + `4 >/dev/null 2>&1 &"])
-`})
-	fr.until(t, "done", "c1")
+`); err != nil {
+		t.Fatal(err)
+	}
 	// A busy kernel: the ladder has to go past stdin EOF.
-	send(t, k, map[string]any{"type": "execute", "id": "busy", "code": "while True: pass"})
+	if _, err := c.Send("while True: pass"); err != nil {
+		t.Fatal(err)
+	}
 	before := srv.Run(t, "ps -eo args")
 	for i := 1; i <= 4; i++ {
 		if !strings.Contains(before, "sleep "+mark+itoa(i)) {
@@ -229,8 +182,3 @@ func countEnv(entry []byte) int {
 	}
 	return n
 }
-
-// lockedWriter is the kernel's stderr sink; the test never reads it while the kernel runs.
-type lockedWriter struct{ w io.Writer }
-
-func (l *lockedWriter) Write(p []byte) (int, error) { return l.w.Write(p) }
