@@ -2,17 +2,14 @@ package client
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/kennel-dev/kennel/api"
 )
@@ -21,55 +18,32 @@ import (
 var ErrNoDaemon = errors.New("no kennel daemon answers")
 
 // Client talks to one daemon. It is safe for concurrent use and keeps connections alive
-// between calls.
+// between calls (at most 64 idle, each for at most 90 s). Each call writes its HTTP/1.1
+// request and reads the reply on the caller's goroutine, over a connection of its own.
 type Client struct {
-	socket string
-	hc     *http.Client
+	tr *transport
 }
 
 // New returns a client of the daemon at socket. It connects on the first call.
 func New(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", socket)
-			if err != nil {
-				return nil, fmt.Errorf("%w at %s: %w", ErrNoDaemon, socket, err)
-			}
-			return c, nil
-		},
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	return &Client{tr: &transport{socket: socket}}
 }
 
 // Close releases the client's idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() { c.tr.closeIdle() }
 
 // request makes an API request; a reply of another status than want is decoded as an
 // *api.Error. out, when non-nil, receives the JSON body.
 func (c *Client) request(ctx context.Context, method, path string, hdr http.Header, in, out any, want ...int) error {
-	var body io.Reader
+	req := &request{method: method, target: path, header: hdr}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", method, path, err)
 		}
-		body = bytes.NewReader(b)
+		req.body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://kennel"+path, body)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.tr.do(ctx, req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
@@ -86,9 +60,32 @@ func (c *Client) request(ctx context.Context, method, path string, hdr http.Head
 		*s = string(b)
 		return err
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := decodeBody(resp, out); err != nil {
 		return fmt.Errorf("%s %s: decode reply: %w", method, path, err)
 	}
+	return nil
+}
+
+// maxWhole is the largest reply body decodeBody reads whole before decoding it; a
+// longer one, or one of unknown length, is decoded as it streams in.
+const maxWhole = 256 << 10
+
+// decodeBody decodes resp's JSON body into out, and reads the body to its end, so that
+// its connection is kept.
+func decodeBody(resp *http.Response, out any) error {
+	if n := resp.ContentLength; n >= 0 && n <= maxWhole {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return err
+		}
+	} else if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return err
+	}
+	// Reach the body's end (the encoder's newline, at most), so the connection is kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
 	return nil
 }
 
@@ -174,13 +171,7 @@ func (c *Client) StreamCell(ctx context.Context, id string, req api.RunCell, onE
 		return nil, err
 	}
 	path := "/sessions/" + url.PathEscape(id) + "/cells"
-	hreq, err := http.NewRequestWithContext(ctx, "POST", "http://kennel"+path, bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", api.MediaNDJSON)
-	resp, err := c.hc.Do(hreq)
+	resp, err := c.tr.do(ctx, &request{method: "POST", target: path, header: http.Header{"Accept": {api.MediaNDJSON}}, body: b})
 	if err != nil {
 		return nil, fmt.Errorf("POST %s: %w", path, err)
 	}

@@ -1,5 +1,6 @@
 // Package client is a Go client of kennel's daemon API (package api) over its unix
-// socket.
+// socket. Each call writes its HTTP/1.1 request and reads the reply on the calling
+// goroutine, over a kept-alive connection that no other call uses meanwhile.
 //
 //	c := client.New(daemon.DefaultSocket(os.Getenv))
 //	s, err := c.CreateSession(ctx, api.CreateSession{Cwd: "/home/me/project"}, client.CreateOptions{})

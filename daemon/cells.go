@@ -41,7 +41,11 @@ func budgetOf(ms *int64) time.Duration {
 
 // wantsNDJSON reports whether the request's Accept asks for a stream.
 func wantsNDJSON(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+	accept := r.Header.Get("Accept")
+	if accept == "" {
+		return false
+	}
+	for _, part := range strings.Split(accept, ",") {
 		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == api.MediaNDJSON {
 			return true
 		}
@@ -120,7 +124,8 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 	id := jw.Outcome.Job()
 	e.addJob(id)
-	reply := api.CellReply{Job: id.String(), Output: toOutput(jw.Outcome.SoFar())}
+	out := jw.Outcome.SoFar()
+	reply := api.CellReply{Job: id.String(), Output: toOutput(out)}
 	switch jw.Outcome.(type) {
 	case jobs.Settled:
 		reply.State = "settled"
@@ -133,13 +138,12 @@ func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 		if jw.Err != nil {
 			reply.Error = toAPI(jw.Err)
 		}
-		if j, ok := e.sess.Jobs().Job(id); ok {
-			s.account(e, j)
-		}
+		s.accountSettled(e, id, out)
+		s.metrics.cellsSettled.Inc()
 	default:
 		reply.State = "detached"
+		s.metrics.cellsDetached.Inc()
 	}
-	s.metrics.cells.WithLabelValues(reply.State).Inc()
 	return reply
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -25,6 +26,10 @@ type metrics struct {
 	cells        *prometheus.CounterVec
 	ended        prometheus.Counter
 	handler      http.Handler
+
+	// The children of jobBytes and cells every cell request counts, looked up once.
+	keptBytes, droppedBytes     prometheus.Counter
+	cellsSettled, cellsDetached prometheus.Counter
 }
 
 func newMetrics(r *registry) *metrics {
@@ -58,6 +63,8 @@ func newMetrics(r *registry) *metrics {
 	m.reg.MustRegister(m.peers, m.hostRequests, m.frames, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
 		&sessionCollector{reg: r})
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	m.keptBytes, m.droppedBytes = m.jobBytes.WithLabelValues("kept"), m.jobBytes.WithLabelValues("dropped")
+	m.cellsSettled, m.cellsDetached = m.cells.WithLabelValues("settled"), m.cells.WithLabelValues("detached")
 	return m
 }
 
@@ -128,9 +135,21 @@ func (s *Server) account(e *entry, j *jobs.Job) {
 	if _, ended := j.End(); !ended || !e.firstAccount(j.ID()) {
 		return
 	}
-	out := j.Snapshot().Output
-	s.metrics.jobBytes.WithLabelValues("kept").Add(float64(out.KeptBytes))
-	s.metrics.jobBytes.WithLabelValues("dropped").Add(float64(out.DroppedBytes))
+	s.countBytes(j.Snapshot().Output)
+}
+
+// accountSettled counts the bytes of a job a wait saw settle, out being its settled
+// output, once.
+func (s *Server) accountSettled(e *entry, id jobs.ID, out output.Result) {
+	if e.firstAccount(id) {
+		s.countBytes(out)
+	}
+}
+
+// countBytes counts an ended job's kept and dropped bytes.
+func (s *Server) countBytes(out output.Result) {
+	s.metrics.keptBytes.Add(float64(out.KeptBytes))
+	s.metrics.droppedBytes.Add(float64(out.DroppedBytes))
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kennel-dev/kennel/output"
@@ -115,6 +116,7 @@ type Job struct {
 	clock   Clock
 	capture *output.Capture
 	done    chan struct{}
+	ended   atomic.Bool // set with the end, right before done is closed
 
 	mu      sync.Mutex
 	pid     int
@@ -203,6 +205,7 @@ func (j *Job) Finish(end End) error {
 	e.Killed = e.Killed || j.killed || j.killing > 0
 	j.end, j.endAt = &e, j.clock.Now()
 	_ = j.capture.Close() // a close failure is recorded in the capture's stat
+	j.ended.Store(true)
 	close(j.done)
 	return nil
 }

@@ -51,8 +51,9 @@ type Spec struct {
 // Table holds the jobs of one session, in id order: it starts them with ids j1, j2, ...
 // and answers observations of the live ones. Its methods are safe for concurrent use.
 type Table struct {
-	opts  TableOptions
-	clock Clock
+	opts     TableOptions
+	clock    Clock
+	captures *output.Captures
 
 	mu   sync.Mutex
 	next ID
@@ -66,13 +67,14 @@ func NewTable(opts TableOptions) (*Table, error) {
 	if err := opts.Truncation.Validate(); err != nil {
 		return nil, fmt.Errorf("new job table: %w", err)
 	}
-	if _, err := output.NewCapture(opts.Capture); err != nil {
+	captures, err := output.NewCaptures(opts.Capture)
+	if err != nil {
 		return nil, fmt.Errorf("new job table: %w", err)
 	}
 	if opts.Retain <= 0 {
 		opts.Retain = DefaultRetain
 	}
-	t := &Table{opts: opts, clock: opts.Clock}
+	t := &Table{opts: opts, clock: opts.Clock, captures: captures}
 	if t.clock == nil {
 		t.clock = realClock{}
 	}
@@ -98,10 +100,7 @@ func (t *Table) Start(spec Spec) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start job: %w", err)
 	}
-	capture, err := output.NewCapture(t.opts.Capture)
-	if err != nil {
-		return nil, fmt.Errorf("start job: %w", err)
-	}
+	capture := t.captures.New()
 	j := &Job{
 		command: TakeScalars(spec.Command, MaxCommand),
 		started: t.clock.Now(),
@@ -147,14 +146,7 @@ func (t *Table) evictLocked() {
 	})
 }
 
-func isEnded(j *Job) bool {
-	select {
-	case <-j.done:
-		return true
-	default:
-		return false
-	}
-}
+func isEnded(j *Job) bool { return j.ended.Load() }
 
 // Job returns the job with id, live or among the ended jobs kept.
 func (t *Table) Job(id ID) (*Job, bool) {

@@ -64,28 +64,52 @@ type Capture struct {
 // private (ErrNotPrivate) and negative sizes (ErrInvalidRange); it creates no file until
 // the output passes the prefix.
 func NewCapture(opts CaptureOptions) (*Capture, error) {
-	c := &Capture{prefixCap: opts.PrefixBytes, tailCap: opts.TailBytes, spillCap: opts.SpillLimit, dir: opts.SpillDir}
-	if c.prefixCap == 0 {
-		c.prefixCap = DefaultPrefixBytes
+	m, err := NewCaptures(opts)
+	if err != nil {
+		return nil, err
 	}
-	if c.tailCap == 0 {
-		c.tailCap = DefaultTailBytes
+	return m.New(), nil
+}
+
+// Captures makes the Captures of one CaptureOptions, checked once: a job table makes one
+// capture per job, and a job's start then costs no file-system call.
+type Captures struct {
+	opts CaptureOptions // sizes resolved
+}
+
+// NewCaptures checks opts as NewCapture does: it refuses a spill directory that is not
+// private (ErrNotPrivate) and negative sizes (ErrInvalidRange).
+func NewCaptures(opts CaptureOptions) (*Captures, error) {
+	if opts.PrefixBytes == 0 {
+		opts.PrefixBytes = DefaultPrefixBytes
 	}
-	if c.spillCap == 0 {
-		c.spillCap = DefaultSpillLimit
+	if opts.TailBytes == 0 {
+		opts.TailBytes = DefaultTailBytes
 	}
-	if c.prefixCap < 0 || c.tailCap < 0 || c.spillCap < 0 {
-		return nil, fmt.Errorf("new capture: sizes %d/%d/%d: %w", c.prefixCap, c.tailCap, c.spillCap, ErrInvalidRange)
+	if opts.SpillLimit == 0 {
+		opts.SpillLimit = DefaultSpillLimit
 	}
-	if c.spillCap < c.prefixCap {
-		c.spillCap = c.prefixCap
+	if opts.PrefixBytes < 0 || opts.TailBytes < 0 || opts.SpillLimit < 0 {
+		return nil, fmt.Errorf("new capture: sizes %d/%d/%d: %w", opts.PrefixBytes, opts.TailBytes, opts.SpillLimit, ErrInvalidRange)
 	}
-	if c.dir != "" {
-		if err := checkPrivateDir(c.dir); err != nil {
+	if opts.SpillLimit < opts.PrefixBytes {
+		opts.SpillLimit = opts.PrefixBytes
+	}
+	if opts.SpillDir != "" {
+		if err := checkPrivateDir(opts.SpillDir); err != nil {
 			return nil, fmt.Errorf("new capture: %w", err)
 		}
 	}
-	return c, nil
+	return &Captures{opts: opts}, nil
+}
+
+// New returns an empty, open Capture with m's options. It makes no system call: the
+// spill directory, checked by NewCaptures, is checked again right before the capture
+// creates its spill file, and a directory that is no longer private then fails the spill
+// (recorded in the capture's stat; the output stays in memory as far as it is retained).
+func (m *Captures) New() *Capture {
+	o := m.opts
+	return &Capture{prefixCap: o.PrefixBytes, tailCap: o.TailBytes, spillCap: o.SpillLimit, dir: o.SpillDir}
 }
 
 // Write appends p. It consumes all of p and returns len(p), nil, whatever happens to the
@@ -162,9 +186,12 @@ func (c *Capture) spillName() string {
 	return c.spill.Name()
 }
 
-// openSpill creates the spill file and writes the first n bytes (all in the prefix) to
-// it. The caller holds wmu.
+// openSpill checks the spill directory again, creates the spill file and writes the
+// first n bytes (all in the prefix) to it. The caller holds wmu.
 func (c *Capture) openSpill(n int64) error {
+	if err := checkPrivateDir(c.dir); err != nil {
+		return fmt.Errorf("create spill: %w", err)
+	}
 	f, err := os.CreateTemp(c.dir, "kennel-spill-*")
 	if err != nil {
 		return fmt.Errorf("create spill: %w", err)

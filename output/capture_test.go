@@ -336,6 +336,55 @@ func TestNewCaptureRefusesSharedDir(t *testing.T) {
 	}
 }
 
+// TestCapturesCheckOnceAndAtSpill: NewCaptures refuses what NewCapture refuses; New makes
+// open captures without a check of its own; a spill directory that is no longer private
+// when a capture spills fails the spill (recorded, no file), and the output stays in
+// memory as far as it is retained.
+func TestCapturesCheckOnceAndAtSpill(t *testing.T) {
+	shared := privateTempDir(t)
+	if err := os.Chmod(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewCaptures(CaptureOptions{SpillDir: shared}); !errors.Is(err, ErrNotPrivate) {
+		t.Fatalf("NewCaptures in a 0755 dir = %v, want ErrNotPrivate", err)
+	}
+	if _, err := NewCaptures(CaptureOptions{TailBytes: -1}); !errors.Is(err, ErrInvalidRange) {
+		t.Fatalf("NewCaptures with a negative tail = %v, want ErrInvalidRange", err)
+	}
+
+	dir := privateTempDir(t)
+	m, err := NewCaptures(CaptureOptions{SpillDir: dir, PrefixBytes: 4, TailBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := m.New()
+	writeAll(t, ok, []byte("0123456789"))
+	if st := ok.Stat(); st.SpillErr != nil || st.SpillPath == "" || st.Retained != 10 {
+		t.Fatalf("capture in a private dir: %+v", st)
+	}
+
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	late := m.New()
+	writeAll(t, late, []byte("0123"))
+	if st := late.Stat(); st.SpillErr != nil || st.Seen != 4 {
+		t.Fatalf("capture within its prefix: %+v", st)
+	}
+	writeAll(t, late, []byte("456789"))
+	st := late.Stat()
+	if !errors.Is(st.SpillErr, ErrNotPrivate) || st.SpillPath != "" || st.Retained != 4 || st.TailFrom != 6 || st.Seen != 10 {
+		t.Fatalf("capture spilling into a dir made shared: %+v, want a not-private spill failure", st)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("dir holds %d files, want only the first capture's spill", len(entries))
+	}
+}
+
 // filledCapture fills a capture of n random bytes with a spill, and returns it closed or not.
 func filledCapture(t *testing.T, n int, closed bool) (*Capture, []byte) {
 	t.Helper()

@@ -16,7 +16,8 @@
 // 16 MiB. It is read in pages of at most 64 KiB by byte offset, also while it is written;
 // a read that asks for more, or that would cross bytes that were not retained, is refused
 // with a *ReadError naming a read that works, never shortened. Save writes the exact bytes
-// to a file atomically. Prune removes old spill files.
+// to a file atomically. Prune removes old spill files. Captures makes the captures of one
+// set of options, checked once (a job table makes one per job).
 //
 // Files go only into directories that PrepareDir accepts: 0700 and owned by the user.
 //
