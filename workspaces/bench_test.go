@@ -77,43 +77,64 @@ func writeMixed(b *testing.B, dir string, n int) int64 {
 
 // BenchmarkCreate times Create of a tree of mixed sizes against cp -a of the same tree on
 // the same file system: on ext4 (the test's temporary directory) a byte copy, on XFS
-// (a loop device made here) with --reflink=always. Create makes two copies (base and
-// child), cp one.
+// (a loop device made here) with --reflink=always. Create copies each file once and
+// keeps a base (a digest, or a second copy); cp copies once.
+//
+// Each side runs with the tree's bytes in the page cache ("warm": read just before, with
+// the timer stopped, as a parent agent's working tree is) and, on XFS, with every cache
+// dropped ("cold": /proc/sys/vm/drop_caches, as root): a cold file's base is a clone, not
+// a digest.
 func BenchmarkCreate(b *testing.B) {
 	n := benchFiles(b)
-	run := func(b *testing.B, root string, cpArgs ...string) {
+	run := func(b *testing.B, root string, temps []string, cpArgs ...string) {
 		src := filepath.Join(root, "src")
 		bytes := writeMixed(b, src, n)
 		state := filepath.Join(root, "state")
-		b.Run("kennel", func(b *testing.B) {
-			b.SetBytes(bytes)
-			workers, _ := strconv.Atoi(os.Getenv("KENNEL_BENCH_WORKERS"))
-			for i := range b.N {
-				res, err := Create(context.Background(), src, CreateOptions{State: state, ID: fmt.Sprint("b", i), Logger: quiet(), Workers: workers})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(res.Cloned), "cloned/op")
-				b.ReportMetric(float64(res.Digested), "digested/op")
-				removeTree(res.Dir)
+		for _, temp := range temps {
+			prepare := func(b *testing.B) {
 				unix.Sync()
-				b.StartTimer()
-			}
-		})
-		b.Run("cp-a", func(b *testing.B) {
-			b.SetBytes(bytes)
-			for i := range b.N {
-				dst := filepath.Join(root, fmt.Sprint("cp", i))
-				if out, err := exec.Command("cp", append(append([]string{"-a"}, cpArgs...), src, dst)...).CombinedOutput(); err != nil {
-					b.Fatalf("cp: %v %s", err, out)
+				if temp == "warm" {
+					readTreeBytes(b, src)
+				} else {
+					dropCaches(b)
 				}
-				b.StopTimer()
-				removeTree(dst)
-				unix.Sync()
-				b.StartTimer()
 			}
-		})
+			b.Run(temp, func(b *testing.B) {
+				b.Run("kennel", func(b *testing.B) {
+					b.SetBytes(bytes)
+					workers, _ := strconv.Atoi(os.Getenv("KENNEL_BENCH_WORKERS"))
+					for i := range b.N {
+						b.StopTimer()
+						prepare(b)
+						b.StartTimer()
+						res, err := Create(context.Background(), src, CreateOptions{State: state, ID: fmt.Sprint("b", temp, i), Logger: quiet(), Workers: workers})
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.StopTimer()
+						b.ReportMetric(float64(res.Cloned), "cloned/op")
+						b.ReportMetric(float64(res.Digested), "digested/op")
+						removeTree(res.Dir)
+						b.StartTimer()
+					}
+				})
+				b.Run("cp-a", func(b *testing.B) {
+					b.SetBytes(bytes)
+					for i := range b.N {
+						b.StopTimer()
+						prepare(b)
+						b.StartTimer()
+						dst := filepath.Join(root, fmt.Sprint("cp", temp, i))
+						if out, err := exec.Command("cp", append(append([]string{"-a"}, cpArgs...), src, dst)...).CombinedOutput(); err != nil {
+							b.Fatalf("cp: %v %s", err, out)
+						}
+						b.StopTimer()
+						removeTree(dst)
+						b.StartTimer()
+					}
+				})
+			})
+		}
 	}
 	b.Run("ext4", func(b *testing.B) {
 		dir := b.TempDir()
@@ -121,11 +142,44 @@ func BenchmarkCreate(b *testing.B) {
 		if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.EXT4_SUPER_MAGIC {
 			b.Skipf("%s is not ext4", dir)
 		}
-		run(b, dir)
+		run(b, dir, []string{"warm"})
 	})
 	b.Run("xfs", func(b *testing.B) {
-		run(b, mountXFS(b, max(1<<30, int64(n)*40<<10)), "--reflink=always")
+		run(b, mountXFS(b, max(1<<30, int64(n)*40<<10)), []string{"warm", "cold"}, "--reflink=always")
 	})
+}
+
+// readTreeBytes reads every file under root, so that its bytes are in the page cache.
+func readTreeBytes(b *testing.B, root string) {
+	b.Helper()
+	buf := make([]byte, 256<<10)
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for {
+			if _, err := f.Read(buf); err != nil {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// dropCaches writes back and drops the page cache, dentries and inodes (root only).
+func dropCaches(b *testing.B) {
+	b.Helper()
+	unix.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+		b.Fatalf("drop caches (needs root): %v", err)
+	}
 }
 
 // BenchmarkHandBack times the hand-back of a workspace of mixed sizes where the child
