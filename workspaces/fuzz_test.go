@@ -2,6 +2,7 @@ package workspaces
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"io/fs"
 	"maps"
 	"strings"
@@ -112,8 +113,11 @@ func FuzzManifest(f *testing.F) {
 	f.Add(encodeManifest(5, 9, []mentry{
 		{Path: "a/b c\td\n", Kind: KindFile, Mode: 0o755, Size: 3, Parent: fingerprint{1, 2, 3, 4, 5, 6}, Child: fingerprint{7, 8, 9, 10, 11, 12}},
 		{Path: "l\xff", Kind: KindSymlink, Size: 4, Target: "../x"},
+		{Path: "d", Kind: KindFile, Mode: 0o644, Size: 5, HasDigest: true, Digest: sha256.Sum256([]byte("hello"))},
 	}))
 	f.Add([]byte("kennel-workspace-manifest 1 0 0\n1 420 0 0 0 0 0 0 0 0 0 0 0 0 0 \"../x\" \"\"\n"))
+	f.Add([]byte("kennel-workspace-manifest 1 0 0\n1 420 1 0 0 0 0 0 0 0 0 0 0 0 0 \"a\" \"\"\n"))
+	f.Add([]byte("kennel-workspace-manifest 2 0 0\n2 0 1 0 0 0 0 0 0 0 0 0 0 0 0 " + strings.Repeat("ab", 32) + " \"l\" \"t\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := decodeManifest(data)
 		if err != nil {
@@ -152,4 +156,30 @@ func FuzzIDs(f *testing.F) {
 			t.Fatalf("ParentKey(%q) = %q", s, k)
 		}
 	})
+}
+
+// TestManifestVersions checks the decoder on both versions: a version 1 line (no digest
+// column) reads with no digest; a version 2 digest reads back; a digest on a symlink, an
+// upper-case or short digest, and a version 1 line under a version 2 header are refused.
+func TestManifestVersions(t *testing.T) {
+	nums := "1 420 5 0 0 0 0 0 0 0 0 0 0 0 0 "
+	hexd := "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" // sha256("hello")
+	m, err := decodeManifest([]byte("kennel-workspace-manifest 1 0 0\n" + nums + `"a" ""` + "\n"))
+	if err != nil || m.get("a") == nil || m.get("a").HasDigest {
+		t.Fatalf("version 1: %+v, %v", m, err)
+	}
+	m, err = decodeManifest([]byte("kennel-workspace-manifest 2 0 0\n" + nums + hexd + ` "a" ""` + "\n"))
+	if err != nil || !m.get("a").HasDigest || m.get("a").Digest != sha256.Sum256([]byte("hello")) {
+		t.Fatalf("version 2: %+v, %v", m, err)
+	}
+	for name, line := range map[string]string{
+		"symlink digest": "2 0 1 0 0 0 0 0 0 0 0 0 0 0 0 " + hexd + ` "l" "t"`,
+		"upper case":     nums + strings.ToUpper(hexd) + ` "a" ""`,
+		"short":          nums + hexd[:62] + ` "a" ""`,
+		"no column":      nums + `"a" ""`,
+	} {
+		if _, err := decodeManifest([]byte("kennel-workspace-manifest 2 0 0\n" + line + "\n")); err == nil {
+			t.Errorf("%s: accepted %q", name, line)
+		}
+	}
 }
