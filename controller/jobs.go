@@ -773,17 +773,12 @@ func groupAlive(pgid int) bool {
 	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
 		return false
 	}
-	entries, err := os.ReadDir("/proc")
+	all, err := procfs.All()
 	if err != nil {
 		return true // cannot tell: assume it is
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		st, err := procfs.Read(pid)
-		if err == nil && st.PGRP == pgid && !st.Zombie() && st.State != 'X' {
+	for _, st := range all {
+		if st.PGRP == pgid && !st.Zombie() && st.State != 'X' {
 			return true
 		}
 	}

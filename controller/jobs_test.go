@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
@@ -72,23 +73,14 @@ func waitPID(t *testing.T, j *jobs.Job) int {
 // groupMembers lists the processes of group pgid, zombies included, from /proc.
 func groupMembers(t *testing.T, pgid int) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
+	all, err := procfs.All()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) {
-			pids = append(pids, pid)
+	for _, st := range all {
+		if st.PGRP == pgid {
+			pids = append(pids, st.PID)
 		}
 	}
 	return pids

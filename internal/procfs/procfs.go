@@ -66,3 +66,32 @@ func Read(pid int) (Stat, error) {
 	}
 	return Parse(b)
 }
+
+// All returns the stat of every process /proc lists. Processes that end during the walk,
+// and stat lines that cannot be read or do not parse, are left out; only a /proc that
+// cannot be listed is an error.
+func All() ([]Stat, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	out := make([]Stat, 0, len(names))
+	for _, name := range names {
+		if name == "" || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if st, err := Read(pid); err == nil {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}

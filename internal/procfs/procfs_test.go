@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 
@@ -67,6 +68,39 @@ func TestReadSelf(t *testing.T) {
 	}
 	if _, err := Read(1 << 30); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a pid that cannot exist: %v", err)
+	}
+}
+
+// TestAllListsAChildAndForgetsItWhenReaped starts a child and finds it in All with its
+// parent and group; once the child is reaped, All no longer lists it.
+func TestAllListsAChildAndForgetsItWhenReaped(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	find := func(pid int) (Stat, bool) {
+		all, err := All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range all {
+			if st.PID == pid {
+				return st, true
+			}
+		}
+		return Stat{}, false
+	}
+	st, ok := find(cmd.Process.Pid)
+	if !ok || st.PPID != os.Getpid() || st.PGRP != syscall.Getpgrp() {
+		t.Fatalf("child %d: %+v, listed %v", cmd.Process.Pid, st, ok)
+	}
+	if self, ok := find(os.Getpid()); !ok || self.PPID != os.Getppid() {
+		t.Fatalf("self: %+v, listed %v", self, ok)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if _, ok := find(cmd.Process.Pid); ok {
+		t.Fatalf("a reaped child is still listed")
 	}
 }
 

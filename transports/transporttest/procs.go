@@ -1,9 +1,9 @@
 package transporttest
 
 import (
-	"github.com/kennel-dev/kennel/internal/procfs"
-	"os"
 	"strconv"
+
+	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
 // proc names a host process across pid reuse: its pid and start time.
@@ -39,17 +39,13 @@ func (p proc) alive() bool {
 // childrenOf lists the live processes whose parent is pid.
 func childrenOf(pid int) map[proc]bool {
 	out := map[proc]bool{}
-	ents, err := os.ReadDir("/proc")
+	all, err := procfs.All()
 	if err != nil {
 		return out
 	}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if _, ppid, start := stat(n); ppid == pid && start != "" {
-			out[proc{pid: n, start: start}] = true
+	for _, st := range all {
+		if st.PPID == pid {
+			out[proc{pid: st.PID, start: strconv.FormatUint(st.Start, 10)}] = true
 		}
 	}
 	return out

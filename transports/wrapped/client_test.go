@@ -140,14 +140,10 @@ func (p proc) alive() bool {
 // descendants lists the live processes below pid on the host (pid itself excluded).
 func descendants(pid int) []proc {
 	children := map[int][]proc{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if s, ppid, start := stat(n); start != "" && s != "Z" {
-			children[ppid] = append(children[ppid], proc{n, start})
+	all, _ := procfs.All()
+	for _, st := range all {
+		if !st.Zombie() {
+			children[st.PPID] = append(children[st.PPID], proc{st.PID, strconv.FormatUint(st.Start, 10)})
 		}
 	}
 	var out []proc
