@@ -48,7 +48,8 @@ func newWorkspaceCreateCmd() *cobra.Command {
 		Long: `Copy DIR's tracked and untracked-not-ignored files (git ls-files in a git work tree,
 else the files DIR's .gitignore files do not ignore) twice under
 <state>/workspaces/<parent>/<id>/: the base and the child's working copy. Files are
-cloned where the file system can (XFS, btrfs), else copied, with one warning. A
+cloned where the file system can (XFS, btrfs), else copied, with one warning; the base
+of a small file whose bytes are cached is its SHA-256 instead of a second copy. A
 directory of more than 100,000 files is refused: share it instead.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
