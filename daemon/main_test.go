@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if reaper.Main() {
 		return
 	}
+	if v := os.Getenv(apiClientEnv); v != "" {
+		os.Exit(apiClientMain(v))
+	}
 	os.Exit(m.Run())
 }
 
