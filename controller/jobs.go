@@ -371,9 +371,7 @@ func (r *jobRun) cellEnded() {
 	r.mu.Lock()
 	r.result = res
 	r.mu.Unlock()
-	if err := r.job.Finish(cellEnd(c.res.Status)); err != nil && !errors.Is(err, jobs.ErrEnded) {
-		r.s.log.Warn("cell job end refused", "job", r.job.ID(), "err", err)
-	}
+	r.finish(cellEnd(c.res.Status))
 }
 
 // cellEnd maps a cell's done status to a job end: ok exits 0, an exception exits 1, an
@@ -670,10 +668,10 @@ func (kc *kernelConn) onJobFrame(f gate.Frame) {
 	}
 }
 
-// finish ends the job with the kernel's end.
+// finish ends the job with its own end (the kernel's job_end, or the cell's done).
 func (r *jobRun) finish(end jobs.End) {
 	if err := r.job.Finish(end); err != nil && !errors.Is(err, jobs.ErrEnded) {
-		r.s.log.Warn("job end refused", "job", r.frameID, "err", err)
+		r.s.log.Warn("job end refused", "job", r.job.ID(), "frame", r.frameID, "err", err)
 	}
 }
 

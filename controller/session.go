@@ -114,10 +114,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if opts.Transport == nil {
 		return nil, errors.New("start session: no transport")
 	}
-	if opts.RemoteDir && opts.Dir == "" {
-		return nil, ErrNoWorkingDir
-	}
-	if err := CheckWorkingDir(opts.Dir); !opts.RemoteDir && err != nil {
+	if opts.RemoteDir {
+		if opts.Dir == "" {
+			return nil, ErrNoWorkingDir
+		}
+	} else if err := CheckWorkingDir(opts.Dir); err != nil {
 		return nil, err
 	}
 	if opts.SandboxDir == "" {

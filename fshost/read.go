@@ -243,7 +243,7 @@ func (w *window) feed(c []byte, base int64) (aliased bool) {
 		case counting:
 			rest := c[p:]
 			w.moreAfter = true
-			w.line += bytes.Count(rest, []byte{'\n'})
+			w.line += bytes.Count(rest, nl)
 			w.midLine = rest[len(rest)-1] != '\n'
 			return aliased
 		}

@@ -273,14 +273,12 @@ func (w *walker) run(queue []comp) error {
 // step walks one component and returns the queue to continue with.
 func (w *walker) step(c comp, queue []comp) ([]comp, error) {
 	switch {
-	case (c.name == "." || c.name == "") && w.tail == nil && w.typ != unix.S_IFDIR:
+	case w.tail == nil && w.typ != unix.S_IFDIR: // "." too: "file/" is not a directory
 		return nil, newErr(w.op, w.path, ErrNotFound, detail("not a directory"))
 	case c.name == "." || c.name == "":
 		return queue, nil
 	case w.tail != nil && c.name == "..":
 		return nil, newErr(w.op, w.path, ErrNotFound, nil)
-	case w.tail == nil && w.typ != unix.S_IFDIR:
-		return nil, newErr(w.op, w.path, ErrNotFound, detail("not a directory"))
 	case c.name == "..":
 		switch {
 		case w.mnt != nil && len(w.rel) > 0:

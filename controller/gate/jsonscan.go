@@ -128,16 +128,13 @@ func (v *validator) skip(b []byte, i int) (next int, esc bool, res int) {
 
 // skipEscape checks the escape at b[i] == '\\' and returns the index after it.
 func skipEscape(b []byte, i int) (int, bool) {
-	if i+1 >= len(b) {
+	switch {
+	case i+1 >= len(b):
 		return i, false
-	}
-	switch b[i+1] {
-	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+	case simpleEscape[b[i+1]]:
 		return i + 2, true
-	case 'u':
-		if len(b)-i >= 6 && hex4(b[i+2:i+6]) >= 0 {
-			return i + 6, true
-		}
+	case b[i+1] == 'u' && len(b)-i >= 6 && hex4(b[i+2:i+6]) >= 0:
+		return i + 6, true
 	}
 	return i, false
 }
