@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/kennel-dev/kennel/api"
@@ -32,25 +33,36 @@ func New(socket string) *Client {
 // Close releases the client's idle connections.
 func (c *Client) Close() { c.tr.closeIdle() }
 
-// request makes an API request; a reply of another status than want is decoded as an
-// *api.Error. out, when non-nil, receives the JSON body.
-func (c *Client) request(ctx context.Context, method, path string, hdr http.Header, in, out any, want ...int) error {
+// send sends an API request with in, when non-nil, as its JSON body, and returns the
+// reply, whose Body the caller must close; a reply of another status than want is read
+// and returned as an *api.Error.
+func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, in any, want ...int) (*http.Response, error) {
 	req := &request{method: method, target: path, header: hdr}
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		req.body = b
 	}
 	resp, err := c.tr.do(ctx, req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if !slices.Contains(want, resp.StatusCode) {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// request makes an API request (send); out, when non-nil, receives the JSON body.
+func (c *Client) request(ctx context.Context, method, path string, hdr http.Header, in, out any, want ...int) error {
+	resp, err := c.send(ctx, method, path, hdr, in, want...)
+	if err != nil {
+		return err
 	}
 	defer resp.Body.Close()
-	if !statusIn(resp.StatusCode, want) {
-		return decodeError(resp)
-	}
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
@@ -87,15 +99,6 @@ func decodeBody(resp *http.Response, out any) error {
 	// Reach the body's end (the encoder's newline, at most), so the connection is kept.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
 	return nil
-}
-
-func statusIn(s int, want []int) bool {
-	for _, w := range want {
-		if s == w {
-			return true
-		}
-	}
-	return false
 }
 
 // decodeError reads an error reply as an *api.Error.
@@ -166,19 +169,12 @@ func (c *Client) RunCell(ctx context.Context, id string, req api.RunCell) (*api.
 // event goes to onEvent as it arrives (on the calling goroutine), and the final reply is
 // returned.
 func (c *Client) StreamCell(ctx context.Context, id string, req api.RunCell, onEvent func(api.Event)) (*api.CellReply, error) {
-	b, err := json.Marshal(req)
+	path := "/sessions/" + url.PathEscape(id) + "/cells"
+	resp, err := c.send(ctx, "POST", path, http.Header{"Accept": {api.MediaNDJSON}}, req, http.StatusOK)
 	if err != nil {
 		return nil, err
 	}
-	path := "/sessions/" + url.PathEscape(id) + "/cells"
-	resp, err := c.tr.do(ctx, &request{method: "POST", target: path, header: http.Header{"Accept": {api.MediaNDJSON}}, body: b})
-	if err != nil {
-		return nil, fmt.Errorf("POST %s: %w", path, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, decodeError(resp)
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	for sc.Scan() {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kennel-dev/kennel/api"
 )
 
 // maxIdle bounds the keep-alive connections a Client keeps between calls.
@@ -193,7 +195,7 @@ func (req *request) replayable() bool {
 	case http.MethodGet, http.MethodHead:
 		return true
 	}
-	return req.header.Get("Idempotency-Key") != ""
+	return req.header.Get(api.HeaderIdempotencyKey) != ""
 }
 
 // get returns an idle connection, else a new one.

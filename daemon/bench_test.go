@@ -41,6 +41,29 @@ func startSession(b *testing.B) *controller.Session {
 	return s
 }
 
+// measureCells runs run 20 times to warm up, then b.N times timed one by one, and reports
+// their latency; an error of any run fails b.
+func measureCells(b *testing.B, run func() error) {
+	b.Helper()
+	for range 20 {
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		err := run()
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
 // reportLatency reports the median and p99 of lat as metrics of b.
 func reportLatency(b *testing.B, lat []time.Duration) {
 	slices.Sort(lat)
@@ -55,23 +78,13 @@ func BenchmarkCellThroughAPI(b *testing.B) {
 	s := r.newSession(b)
 	ctx := context.Background()
 	req := api.RunCell{Code: "x = 1\nx"}
-	for range 20 {
-		if _, err := r.c.RunCell(ctx, s.ID, req); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
+	measureCells(b, func() error {
 		rep, err := r.c.RunCell(ctx, s.ID, req)
-		lat = append(lat, time.Since(t0))
-		if err != nil || rep.Cell == nil || *rep.Cell.Result != "1" {
-			b.Fatalf("%+v %v", rep, err)
+		if err != nil || rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "1" {
+			return fmt.Errorf("%+v %v", rep, err)
 		}
-	}
-	b.StopTimer()
-	reportLatency(b, lat)
+		return nil
+	})
 }
 
 // BenchmarkCellThroughAPIFromAnotherProcess is BenchmarkCellThroughAPI with the client in
@@ -173,30 +186,13 @@ func BenchmarkCellThroughMinimalHandler(b *testing.B) {
 	defer srv.Close()
 	c := client.New(sock)
 	req := api.RunCell{Code: "x = 1\nx"}
-	run := func() error {
+	measureCells(b, func() error {
 		rep, err := c.RunCell(ctx, "s", req)
 		if err == nil && (rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "1") {
 			err = fmt.Errorf("reply %+v", rep)
 		}
 		return err
-	}
-	for range 20 {
-		if err := run(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		err := run()
-		lat = append(lat, time.Since(t0))
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	reportLatency(b, lat)
+	})
 }
 
 // BenchmarkCellThroughGoAPI is the baseline: the same cell through
@@ -204,23 +200,13 @@ func BenchmarkCellThroughMinimalHandler(b *testing.B) {
 func BenchmarkCellThroughGoAPI(b *testing.B) {
 	s := startSession(b)
 	ctx := context.Background()
-	for range 20 {
-		if _, err := s.Execute(ctx, "x = 1\nx", nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
+	measureCells(b, func() error {
 		res, err := s.Execute(ctx, "x = 1\nx", nil)
-		lat = append(lat, time.Since(t0))
-		if err != nil || *res.Result != "1" {
-			b.Fatalf("%+v %v", res, err)
+		if err != nil || res.Result == nil || *res.Result != "1" {
+			return fmt.Errorf("%+v %v", res, err)
 		}
-	}
-	b.StopTimer()
-	reportLatency(b, lat)
+		return nil
+	})
 }
 
 // BenchmarkCellThroughGoAPIWait is the baseline of the same call the API makes: the cell
@@ -229,28 +215,14 @@ func BenchmarkCellThroughGoAPI(b *testing.B) {
 func BenchmarkCellThroughGoAPIWait(b *testing.B) {
 	s := startSession(b)
 	ctx := context.Background()
-	run := func() (*controller.CellResult, error) {
+	measureCells(b, func() error {
 		jw, err := s.ExecuteWait(ctx, "x = 1\nx", 60*time.Second, nil)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			err = jw.Err
 		}
-		return jw.Cell, jw.Err
-	}
-	for range 20 {
-		if _, err := run(); err != nil {
-			b.Fatal(err)
+		if err != nil || jw.Cell == nil || jw.Cell.Result == nil || *jw.Cell.Result != "1" {
+			return fmt.Errorf("%+v %v", jw.Cell, err)
 		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		res, err := run()
-		lat = append(lat, time.Since(t0))
-		if err != nil || res == nil || *res.Result != "1" {
-			b.Fatalf("%+v %v", res, err)
-		}
-	}
-	b.StopTimer()
-	reportLatency(b, lat)
+		return nil
+	})
 }

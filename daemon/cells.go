@@ -89,16 +89,15 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
 	flusher, _ := w.(http.Flusher)
-	flush := func() bool {
+	flush := func() {
 		for _, ev := range sink.drain() {
 			if enc.Encode(ev) != nil {
-				return false
+				return // the client is gone; the request's context ends the cell's wait
 			}
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
-		return true
 	}
 	for {
 		select {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
@@ -122,7 +123,7 @@ func (c countingHandler) Serve(ctx context.Context, typ string, args json.RawMes
 		if errors.As(err, &coder) {
 			result = coder.Code()
 		}
-		if len(typ) > 3 && typ[:3] == "fs." {
+		if strings.HasPrefix(typ, "fs.") {
 			c.m.fsRefused.WithLabelValues(result).Inc()
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
-	"github.com/kennel-dev/kennel/output"
 )
 
 // entry is one session the daemon owns.
@@ -21,7 +20,6 @@ type entry struct {
 	cwd       string
 	transport string // the kind asked for, for metrics before a kernel runs
 	req       api.CreateSession
-	trunc     output.Truncation
 	created   time.Time
 	parent    string // the parent session of a child
 	wsDir     string // a child's workspace directory

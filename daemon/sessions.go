@@ -90,7 +90,7 @@ func (s *Server) startSession(ctx context.Context, req api.CreateSession, parent
 	}
 	e := &entry{
 		id: sess.ID(), sess: sess, release: release, cwd: req.Cwd, transport: setup.Transport.Name(),
-		req: req, trunc: trunc, created: time.Now(), parent: parent, wsDir: wsDir,
+		req: req, created: time.Now(), parent: parent, wsDir: wsDir,
 	}
 	if err := s.reg.add(e); err != nil {
 		s.endSession(ctx, e)

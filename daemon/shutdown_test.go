@@ -14,20 +14,20 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
-// alive reports whether pid names a live (not zombie) process.
+// alive reports whether pid names a live (not zombie) process; a stat line that does not
+// parse counts as alive.
 func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
-	if err != nil {
-		return false
+	st, err := procfs.Read(pid)
+	if errors.Is(err, procfs.ErrStat) {
+		return true
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	return err == nil && !st.Zombie()
 }
 
 func TestShutdownEndsSessionsAndRemovesTheSocket(t *testing.T) {

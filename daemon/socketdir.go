@@ -51,9 +51,7 @@ func (e *SocketDirError) Error() string {
 	what := string(e.Fault)
 	var fix string
 	switch e.Fault {
-	case FaultSymlink:
-		fix = "remove the path, or give --socket a path in a private directory"
-	case FaultNotDir:
+	case FaultSymlink, FaultNotDir:
 		fix = "remove the path, or give --socket a path in a private directory"
 	case FaultOwner:
 		what = fmt.Sprintf("is owned by uid %d, not uid %d", e.UID, os.Geteuid())

@@ -186,14 +186,12 @@ func TestDefaultSocket(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"XDG_RUNTIME_DIR": "/run/user/7", "TMPDIR": "/x"}, "/run/user/7/kennel/kennel.sock"},
-		{map[string]string{"TMPDIR": "/var/tmp"}, "/var/tmp/kennel-" + itoa(uid) + "/kennel.sock"},
-		{map[string]string{}, "/tmp/kennel-" + itoa(uid) + "/kennel.sock"},
-		{map[string]string{"XDG_RUNTIME_DIR": "relative", "TMPDIR": "also"}, "/tmp/kennel-" + itoa(uid) + "/kennel.sock"},
+		{map[string]string{"TMPDIR": "/var/tmp"}, "/var/tmp/kennel-" + strconv.Itoa(uid) + "/kennel.sock"},
+		{map[string]string{}, "/tmp/kennel-" + strconv.Itoa(uid) + "/kennel.sock"},
+		{map[string]string{"XDG_RUNTIME_DIR": "relative", "TMPDIR": "also"}, "/tmp/kennel-" + strconv.Itoa(uid) + "/kennel.sock"},
 	} {
 		if got := daemon.DefaultSocket(env(tc.env)); got != tc.want {
 			t.Errorf("%v: %s, want %s", tc.env, got, tc.want)
 		}
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -62,9 +62,7 @@ func TestParseArgvInvertsShellQuoting(t *testing.T) {
 // ParseArgv splits as sh does, for text without expansions.
 func TestParseArgvAgreesWithSh(t *testing.T) {
 	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
+	need(t, err == nil, "sh")
 	for _, in := range []string{
 		`setsid -w sh -c 'exec "$@"' --`, `a"b c"d`, `"a\"b\\c\$d\x"`, `a\ b \'c`, `'' ""`,
 		`x 'y z' "w  v" \"`, "a\\\nb c", `"\\\\"`, `'\'`, `"it's"`, `a\\b`,

@@ -81,6 +81,17 @@ func Load(opts LoadOptions) (*Result, error) {
 	return r, nil
 }
 
+// Value returns the value in effect of the declared key id (the field of Settings it
+// sets, as JSON encodes it) and true, or nil and false when no file sets it (its Default
+// applies) or no key id is declared.
+func (r *Result) Value(id string) (any, bool) {
+	k := lookup(id)
+	if k == nil || !k.isSet(&r.Settings) {
+		return nil, false
+	}
+	return k.value(&r.Settings), true
+}
+
 // loadFile reads one file, recording its problems; it reports whether the file was read.
 func (r *Result) loadFile(file string) (Settings, bool) {
 	root, _, err := readDocument(file)

@@ -246,9 +246,7 @@ func TestUnreadableFilesApplyNothingAndFailClosed(t *testing.T) {
 		}
 	})
 	t.Run("owned by another user", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to give a file away")
-		}
+		need(t, os.Geteuid() == 0, "root, to give a file away")
 		e := newEnv(t)
 		writeFile(t, e.globalFile(), `{"logLevel": "debug"}`)
 		if err := os.Chown(e.globalFile(), 65534, 65534); err != nil {
@@ -369,5 +367,26 @@ func TestKeyTableIsConsistent(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("field %s (%q) has no key", st.Field(i).Name, name)
 		}
+	}
+}
+
+// TestValueIsTheSettingInEffect: Result.Value gives each set key's value in effect (the
+// project's entry over the global one) and false for an unset or undeclared key.
+func TestValueIsTheSettingInEffect(t *testing.T) {
+	e := newEnv(t)
+	writeFile(t, e.globalFile(), `{"logLevel": "debug", "trustedProjects": ["`+e.project+`"]}`)
+	writeFile(t, e.projectFile(), `{"logLevel": "error", "truncation": "off"}`)
+	r := e.load(t)
+	if v, ok := r.Value("logLevel"); !ok || v != "error" {
+		t.Errorf("logLevel: %v %v, want the project's error", v, ok)
+	}
+	if v, ok := r.Value("truncation"); !ok || *v.(*Truncation) != (Truncation{Off: true}) {
+		t.Errorf("truncation: %v %v", v, ok)
+	}
+	if v, ok := r.Value("kernelTransport"); ok || v != nil {
+		t.Errorf("unset kernelTransport: %v %v", v, ok)
+	}
+	if _, ok := r.Value("colour"); ok {
+		t.Error("an undeclared key has a value")
 	}
 }

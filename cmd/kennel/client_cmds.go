@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -384,10 +385,8 @@ func newRmCmd() *cobra.Command {
 				r := result{ID: id, Removed: err == nil}
 				if err != nil {
 					failed = true
-					r.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
-					var ae *api.Error
-					if ok := asAPI(err, &ae); ok {
-						r.Error = ae
+					if !errors.As(err, &r.Error) {
+						r.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
 					}
 					if !f.json {
 						fmt.Fprintf(cmd.ErrOrStderr(), "kennel: rm %s: %v\n", id, err)

@@ -125,17 +125,9 @@ func configGet(project, key string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "kennel: warning:", p)
 	}
 	var value any = json.RawMessage(k.Default)
-	if from, ok := r.From[k.ID]; ok {
-		full, err := json.Marshal(r.Settings)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		if err := json.Unmarshal(full, &m); err != nil {
-			return err
-		}
-		value = m[k.ID]
-		fmt.Fprintln(stderr, "kennel: from", from)
+	if v, ok := r.Value(k.ID); ok {
+		value = v
+		fmt.Fprintln(stderr, "kennel: from", r.From[k.ID])
 	} else {
 		fmt.Fprintln(stderr, "kennel: not set: the default")
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
-	"github.com/moby/moby/client"
 	"github.com/spf13/pflag"
 
 	"github.com/kennel-dev/kennel/pathmap"
@@ -88,24 +87,21 @@ func dockerTransport(ctx context.Context, f dockerFlags, mounts []pathmap.Mount)
 	if err != nil {
 		return nil, err
 	}
-	cli, err := client.New(client.FromEnv)
+	cli, err := engineClient(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("docker engine: %w: %w", transports.ErrUnavailable, err)
-	}
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return nil, fmt.Errorf("docker engine %s: %w: %w", cli.DaemonHost(), transports.ErrUnavailable, err)
+		return nil, err
 	}
 	if _, err := docker.Sweep(ctx, cli, docker.SweepOptions{}); err != nil {
+		cli.Close()
 		return nil, err
 	}
 	tr, err := docker.New(cli, o)
-	if err != nil {
-		return nil, err
+	if err == nil && o.Container == "" {
+		err = checkImage(ctx, cli, tr)
 	}
-	if o.Container == "" {
-		if err := checkImage(ctx, cli, tr); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		cli.Close()
+		return nil, err
 	}
 	return tr, nil
 }

@@ -149,11 +149,7 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 		}
 		dir = wd
 	}
-	level := slog.LevelWarn
-	if f.debug {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := newLogger(stderr, f.debug)
 	bundle, err := images.Stub()
 	if err != nil {
 		return nil, nil, err
@@ -198,6 +194,15 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 		release()
 	}
 	return s, end, nil
+}
+
+// newLogger logs to w in text, warnings and worse, or everything with debug (--debug).
+func newLogger(w io.Writer, debug bool) *slog.Logger {
+	level := slog.LevelWarn
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 // runCells runs cells one after another in a fresh local session.
@@ -344,10 +349,6 @@ func jobExit(end jobs.End) error {
 
 // startRemote starts a session whose kernel and files live on the --ssh host.
 func startRemote(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
-	level := slog.LevelWarn
-	if f.debug {
-		level = slog.LevelDebug
-	}
 	r, err := startSSH(ctx, f.ssh, f.dir)
 	if err != nil {
 		return nil, nil, err
@@ -364,7 +365,7 @@ func startRemote(ctx context.Context, f runFlags, truncation output.Truncation, 
 		SandboxDir: r.dir,
 		Bundle:     bundle.Hash(),
 		Handler:    r.handler,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Logger:     newLogger(stderr, f.debug),
 		Truncation: truncation,
 	})
 	if err != nil {

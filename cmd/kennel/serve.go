@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 
@@ -34,12 +33,9 @@ project at its working directory says (local kernels by default). SIGTERM or Ctr
 the daemon: it stops accepting, ends every session and removes its socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			level := slog.LevelWarn
-			if debug {
-				level = slog.LevelDebug
-			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			srv, err := daemon.New(daemon.Options{Socket: socket, StateDir: state, Logger: logger, Setup: settingsSetup()})
+			srv, err := daemon.New(daemon.Options{
+				Socket: socket, StateDir: state, Logger: newLogger(cmd.ErrOrStderr(), debug), Setup: settingsSetup(),
+			})
 			if err != nil {
 				return err
 			}

@@ -127,6 +127,16 @@ func TestServeAndTheClientVerbs(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "not_found") {
 		t.Fatalf("rm again: %d %q", code, errOut)
 	}
+	out, _, code = runVerb(t, newRmCmd, append(s, id, "--json")...)
+	var rms []struct {
+		ID      string     `json:"id"`
+		Removed bool       `json:"removed"`
+		Error   *api.Error `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &rms); code != 1 || err != nil || len(rms) != 1 || rms[0].Removed ||
+		rms[0].Error == nil || rms[0].Error.Code != api.CodeNotFound {
+		t.Fatalf("rm --json again: %d %q %v", code, out, err)
+	}
 	_, errOut, code = runVerb(t, newCreateCmd, append(s, "-C", filepath.Join(dir, "gone"))...)
 	if code != 1 || !strings.Contains(errOut, "working directory is gone") {
 		t.Fatalf("create in a missing dir: %d %q", code, errOut)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -130,9 +129,7 @@ type outcomeJSON struct {
 // printOutcome writes the outcome as text (a summary line, then one line a path) or JSON.
 func printOutcome(w io.Writer, out *workspaces.Outcome, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(outcomeJSON{Outcome: out, Repeat: out.Repeat})
+		return printJSON(w, outcomeJSON{Outcome: out, Repeat: out.Repeat})
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "handed back to %s: %d taken, %d removed, %d conflicts, %d unchanged", out.Parent,
