@@ -89,7 +89,7 @@ var keys = []*Key{
 	{
 		ID: "truncation", Type: `"off" or object {bytes, lines, keep}`,
 		Scope: ProjectAllowed, Limit: true, Default: json.RawMessage(`{"bytes":51200,"lines":2000,"keep":"head"}`),
-		Doc:    "bounds every output a call, cell or job reports",
+		Doc:    "bounds every output a call, cell or job of `kennel run` reports (daemon sessions take their limits from the API)",
 		decode: decodeTruncation,
 		copyTo: func(d, s *Settings) { d.Truncation = s.Truncation },
 		isSet:  func(s *Settings) bool { return s.Truncation != nil },
@@ -98,7 +98,7 @@ var keys = []*Key{
 	{
 		ID: "logLevel", Type: `"debug", "info", "warn" or "error"`,
 		Scope: ProjectAllowed, Default: json.RawMessage(`"warn"`),
-		Doc:    "the controller's diagnostics level",
+		Doc:    "the diagnostics level of `kennel run` and `kennel serve` (--debug: debug)",
 		decode: decodeLogLevel,
 		copyTo: func(d, s *Settings) { d.LogLevel = s.LogLevel },
 		isSet:  func(s *Settings) bool { return s.LogLevel != "" },

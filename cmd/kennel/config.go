@@ -194,6 +194,8 @@ type kernelSetup struct {
 	// warnings are the settings' problems and the environment entries left out, for the
 	// operator.
 	warnings []string
+	// settings are the settings in effect for the project (truncation, logLevel).
+	settings settings.Settings
 }
 
 // setupKernel reads the settings of the project at dir (the session's working directory
@@ -207,7 +209,7 @@ func setupKernel(dir, transportArgv string, lookupEnv func(string) (string, bool
 	if err != nil {
 		return nil, err
 	}
-	s := &kernelSetup{}
+	s := &kernelSetup{settings: r.Settings}
 	for _, p := range r.Problems {
 		s.warnings = append(s.warnings, p.Error())
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+
+	"github.com/kennel-dev/kennel/settings"
 )
 
 // envRunMain makes the test binary run kennel's main: the tests exec it as the real
@@ -58,6 +60,38 @@ func runKennel(t *testing.T, stdin string, args ...string) (string, string, int)
 		t.Fatal(err)
 	}
 	return out.String(), errb.String(), code
+}
+
+// TestRunAppliesTheTruncationAndLogLevelSettings: a global truncation setting bounds a
+// --sh job's output (--no-truncate still prints every byte), and a logLevel setting of
+// "debug" logs what --debug would.
+func TestRunAppliesTheTruncationAndLogLevelSettings(t *testing.T) {
+	global := filepath.Join(t.TempDir(), "config")
+	t.Setenv(settings.EnvConfigDir, global)
+	if err := os.MkdirAll(global, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(doc string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(global, "settings.json"), []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"truncation": {"lines": 10}}`)
+	out, errOut, code := runKennel(t, "", "run", "--sh", "seq 1 100")
+	if code != 0 || out != "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n" || !strings.Contains(errOut, "(90 lines)") {
+		t.Fatalf("truncation {lines: 10}: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, _, code = runKennel(t, "", "run", "--sh", "seq 1 100", "--no-truncate"); code != 0 || strings.Count(out, "\n") != 100 {
+		t.Fatalf("--no-truncate over the setting: exit %d, %d lines", code, strings.Count(out, "\n"))
+	}
+	_, quiet, _ := runKennel(t, "", "run", "-c", "1")
+	_, debug, _ := runKennel(t, "", "run", "-c", "1", "--debug")
+	write(`{"logLevel": "debug"}`)
+	_, set, code := runKennel(t, "", "run", "-c", "1")
+	if code != 0 || strings.Contains(quiet, "level=DEBUG") || !strings.Contains(debug, "level=DEBUG") || !strings.Contains(set, "level=DEBUG") {
+		t.Fatalf("logLevel debug: exit %d; stderr without %q, with --debug %q, with the setting %q", code, quiet, debug, set)
+	}
 }
 
 func TestRunPrintsWhatCellsPrintAndTheirLastValue(t *testing.T) {

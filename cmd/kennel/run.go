@@ -15,6 +15,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/settings"
 	"github.com/spf13/cobra"
 )
 
@@ -48,12 +49,14 @@ kennel exits 1; Ctrl-C interrupts the running cell and kennel exits 130.
 
 With --sh, kennel runs CMD with /bin/sh -c inside the sandbox as a job instead, and
 prints its output (stdout and stderr together) as it arrives, bounded like every job's:
-the first 50 KiB and 2000 lines. Past the bound it prints a notice on stderr saying how
-many bytes and lines were dropped and where the full output was saved. --no-truncate
-prints every byte. kennel exits with the job's exit code (128+N when signal N ended it).
+by the truncation setting (kennel config), by default the first 50 KiB and 2000 lines.
+Past the bound it prints a notice on stderr saying how many bytes and lines were dropped
+and where the full output was saved. --no-truncate prints every byte. kennel exits with the job's exit code (128+N when signal N ended it).
 --budget D makes the job detach after D, as a blocking call does: kennel then says on
 stderr that the job detached and keeps waiting for its end; it does not kill it.
-Ctrl-C kills the job's process group and kennel exits 130.`,
+Ctrl-C kills the job's process group and kennel exits 130.
+
+The logLevel setting sets how much kennel logs to stderr (--debug: everything).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.sh != "" {
@@ -136,31 +139,33 @@ func splitCells(text string) []string {
 
 // startSession starts a fresh session in f's directory on the transport the settings (or
 // --transport-argv) name, local by default; end it with the returned func, which closes
-// the session and releases its path map.
-func startSession(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
+// the session and releases its path map. Its outputs are bounded by the returned
+// truncation: the truncation setting's (--no-truncate: none); it logs at the logLevel
+// setting's level (--debug: everything).
+func startSession(ctx context.Context, f runFlags, stderr io.Writer) (*controller.Session, output.Truncation, func(), error) {
 	if f.ssh != "" {
-		return startRemote(ctx, f, truncation, stderr)
+		return startRemote(ctx, f, stderr)
 	}
 	dir := f.dir
 	if dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, nil, err
+			return nil, output.Truncation{}, nil, err
 		}
 		dir = wd
 	}
-	logger := newLogger(stderr, f.debug)
 	bundle, err := images.Stub()
 	if err != nil {
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
 	if err := controller.CheckWorkingDir(dir); err != nil {
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
 	ks, err := setupKernel(dir, f.transportArgv, os.LookupEnv)
 	if err != nil {
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
+	logger := newLogger(stderr, f.debug, ks.settings.LogLevel)
 	for _, w := range ks.warnings {
 		logger.Warn("settings: " + w)
 	}
@@ -170,9 +175,10 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 		// as bind mounts; the kernel's env and sandbox dir stay the settings'.
 		if ks.transport, err = dockerTransport(ctx, f.docker, ks.pathMap.Mounts()); err != nil {
 			release()
-			return nil, nil, err
+			return nil, output.Truncation{}, nil, err
 		}
 	}
+	truncation := runTruncation(f, ks.settings)
 	s, err := controller.Start(ctx, controller.Options{
 		Transport:  ks.transport,
 		Dir:        dir,
@@ -185,7 +191,7 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 	})
 	if err != nil {
 		release()
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
 	end := func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -193,21 +199,39 @@ func startSession(ctx context.Context, f runFlags, truncation output.Truncation,
 		_ = s.Close(cctx)
 		release()
 	}
-	return s, end, nil
+	return s, truncation, end, nil
 }
 
-// newLogger logs to w in text, warnings and worse, or everything with debug (--debug).
-func newLogger(w io.Writer, debug bool) *slog.Logger {
-	level := slog.LevelWarn
-	if debug {
-		level = slog.LevelDebug
+// runTruncation is the truncation of a run: off with --no-truncate, else the truncation
+// setting's, else the default.
+func runTruncation(f runFlags, s settings.Settings) output.Truncation {
+	switch {
+	case f.noTruncate:
+		return output.Off()
+	case s.Truncation != nil:
+		return s.Truncation.Output()
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return output.Default()
+}
+
+// newLogger logs to w in text at level (a logLevel setting; "" is "warn"), or everything
+// with debug (--debug).
+func newLogger(w io.Writer, debug bool, level string) *slog.Logger {
+	l := slog.LevelWarn
+	switch {
+	case debug || level == "debug":
+		l = slog.LevelDebug
+	case level == "info":
+		l = slog.LevelInfo
+	case level == "error":
+		l = slog.LevelError
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
 // runCells runs cells one after another in a fresh local session.
 func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io.Writer) error {
-	s, end, err := startSession(ctx, f, output.Default(), stderr)
+	s, _, end, err := startSession(ctx, f, stderr)
 	if err != nil {
 		return err
 	}
@@ -247,11 +271,7 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 // notice, and exits with the job's code. Past --budget the job detaches: kennel says so
 // and keeps waiting. Ctrl-C kills the job.
 func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
-	truncation := output.Default()
-	if f.noTruncate {
-		truncation = output.Off()
-	}
-	s, end, err := startSession(ctx, f, truncation, stderr)
+	s, truncation, end, err := startSession(ctx, f, stderr)
 	if err != nil {
 		return err
 	}
@@ -347,17 +367,27 @@ func jobExit(end jobs.End) error {
 	return &exitError{code: 1, msg: "the job's end is unknown"}
 }
 
-// startRemote starts a session whose kernel and files live on the --ssh host.
-func startRemote(ctx context.Context, f runFlags, truncation output.Truncation, stderr io.Writer) (*controller.Session, func(), error) {
+// startRemote starts a session whose kernel and files live on the --ssh host. The
+// project's settings are on that host: only the global settings apply.
+func startRemote(ctx context.Context, f runFlags, stderr io.Writer) (*controller.Session, output.Truncation, func(), error) {
+	g, err := settings.Load(settings.LoadOptions{})
+	if err != nil {
+		return nil, output.Truncation{}, nil, err
+	}
+	logger := newLogger(stderr, f.debug, g.Settings.LogLevel)
+	for _, p := range g.Problems {
+		logger.Warn("settings: " + p.Error())
+	}
 	r, err := startSSH(ctx, f.ssh, f.dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
 	bundle, err := images.Stub()
 	if err != nil {
 		r.release()
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
+	truncation := runTruncation(f, g.Settings)
 	s, err := controller.Start(ctx, controller.Options{
 		Transport:  r.transport,
 		Dir:        r.dir,
@@ -365,14 +395,14 @@ func startRemote(ctx context.Context, f runFlags, truncation output.Truncation, 
 		SandboxDir: r.dir,
 		Bundle:     bundle.Hash(),
 		Handler:    r.handler,
-		Logger:     newLogger(stderr, f.debug),
+		Logger:     logger,
 		Truncation: truncation,
 	})
 	if err != nil {
 		r.release()
-		return nil, nil, err
+		return nil, output.Truncation{}, nil, err
 	}
-	return s, func() {
+	return s, truncation, func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 		defer cancel()
 		_ = s.Close(cctx)

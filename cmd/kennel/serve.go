@@ -9,6 +9,7 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/settings"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/spf13/cobra"
 )
@@ -33,8 +34,17 @@ project at its working directory says (local kernels by default). SIGTERM or Ctr
 the daemon: it stops accepting, ends every session and removes its socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The daemon logs at the global logLevel setting's level (--debug: everything).
+			g, err := settings.Load(settings.LoadOptions{})
+			if err != nil {
+				return err
+			}
+			logger := newLogger(cmd.ErrOrStderr(), debug, g.Settings.LogLevel)
+			for _, p := range g.Problems {
+				logger.Warn("settings: " + p.Error())
+			}
 			srv, err := daemon.New(daemon.Options{
-				Socket: socket, StateDir: state, Logger: newLogger(cmd.ErrOrStderr(), debug), Setup: settingsSetup(),
+				Socket: socket, StateDir: state, Logger: logger, Setup: settingsSetup(),
 			})
 			if err != nil {
 				return err
