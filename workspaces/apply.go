@@ -31,11 +31,15 @@ type applier struct {
 	report *reporter
 }
 
-func (a *applier) stepf(name string) error {
-	if a.step == nil {
+func (a *applier) stepf(name string) error { return runStep(a.step, name) }
+
+// runStep calls the test hook step, when not nil, with name; an error it returns ends the
+// run, wrapped with the step's name.
+func runStep(step func(name string) error, name string) error {
+	if step == nil {
 		return nil
 	}
-	if err := a.step(name); err != nil {
+	if err := step(name); err != nil {
 		return fmt.Errorf("step %s: %w", name, err)
 	}
 	return nil
@@ -297,21 +301,10 @@ func (a *applier) copyChild(p string, c Entry, t *root, dst string) error {
 		return err
 	}
 	return t.at(dst, func(dfd int, name string) error {
-		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return err
+		var out unix.Stat_t
+		if _, err := cloneAt(dfd, name, int(src.Fd()), st.Mode&0o7777, &st, &out, nil); err != nil {
+			return fmt.Errorf("copy %s: %w", src.Name(), err)
 		}
-		f := os.NewFile(uintptr(fd), t.abs(dst))
-		_, err = copyInto(f, src, nil)
-		if err == nil {
-			err = unix.Fchmod(fd, st.Mode&0o7777)
-		}
-		if err == nil {
-			err = futimens(fd, st.Atim, st.Mtim)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
+		return nil
 	})
 }

@@ -31,7 +31,6 @@ func benchFiles(b *testing.B) int {
 // 18 % up to 32 KiB, 2 % up to 256 KiB (about 7.7 KB on average).
 func writeMixed(b *testing.B, dir string, n int) int64 {
 	b.Helper()
-	var g errgroup
 	sizes := make([]int, n)
 	var total int64
 	x := uint32(1)
@@ -51,26 +50,7 @@ func writeMixed(b *testing.B, dir string, n int) int64 {
 	for i := range buf {
 		buf[i] = byte(i*31 + i>>8)
 	}
-	dirs := (n + 99) / 100
-	for w := range 4 {
-		g.Go(func() error {
-			for d := w; d < dirs; d += 4 {
-				sub := filepath.Join(dir, fmt.Sprintf("d%04d", d))
-				if err := os.MkdirAll(sub, 0o755); err != nil {
-					return err
-				}
-				for i := d * 100; i < min(n, d*100+100); i++ {
-					if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%06d", i)), buf[:sizes[i]], 0o644); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	writeFiles(b, dir, n, "d%04d", "f%06d", func(i int) []byte { return buf[:sizes[i]] })
 	unix.Sync()
 	return total
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,11 +101,7 @@ func (c *copier) makeDirs() error {
 			seen[p[:i]] = true
 		}
 	}
-	c.dirs = make([]string, 0, len(seen))
-	for d := range seen {
-		c.dirs = append(c.dirs, d)
-	}
-	slices.Sort(c.dirs)
+	c.dirs = slices.Sorted(maps.Keys(seen))
 	c.dirMode = make(map[string]uint32, len(c.dirs))
 	for _, d := range c.dirs {
 		if i := strings.LastIndexByte(d, '/'); i > 0 {
@@ -134,13 +131,7 @@ func (c *copier) makeDirs() error {
 		}
 		byDir[d] = append(byDir[d], i)
 	}
-	for _, d := range slices.Sorted(func(yield func(string) bool) {
-		for d := range byDir {
-			if !yield(d) {
-				return
-			}
-		}
-	}) {
+	for _, d := range slices.Sorted(maps.Keys(byDir)) {
 		files := byDir[d]
 		for len(files) > 0 {
 			n := min(len(files), copyBatch)
@@ -280,8 +271,8 @@ func (c *copier) count(cloned bool) {
 // them are in the page cache, and reports whether it did. cachestat(2) says whether they
 // are without reading them (so a file that is not cached costs no read); the read itself
 // (into buf, which holds size+1 bytes) does not wait either (RWF_NOWAIT). A file that is
-// not cached, grew or shrank, or a kernel without these calls, gets no digest (its base is
-// then a copy).
+// not cached, grew or shrank, or a kernel without RWF_NOWAIT, gets no digest (its base is
+// then a copy); on a kernel without cachestat(2) the read that does not wait decides.
 func cachedDigest(fd int, size int64, buf []byte, out *[sha256.Size]byte) bool {
 	if size > 0 {
 		var cs unix.Cachestat_t

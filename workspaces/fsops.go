@@ -55,26 +55,20 @@ func (r *root) openat2(rel string, flags int) (int, error) {
 // open opens the regular file rel for reading. A symlink anywhere on the way, or a
 // non-regular file at rel (EINVAL), is an error.
 func (r *root) open(rel string) (*os.File, error) {
-	f, _, err := r.openFile(rel)
-	return f, err
-}
-
-// openFile is open that also returns the open file's status.
-func (r *root) openFile(rel string) (*os.File, unix.Stat_t, error) {
-	var st unix.Stat_t
 	fd, err := r.openat2(rel, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
 	if err != nil {
-		return nil, st, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), r.abs(rel))
+	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
 		if err == nil {
 			err = syscall.EINVAL
 		}
-		return nil, st, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: r.abs(rel), Err: err}
 	}
-	return f, st, nil
+	return f, nil
 }
 
 // dirOf opens the directory holding rel and returns it with rel's last element. The
@@ -169,16 +163,6 @@ func fingerprintOf(st *unix.Stat_t) fingerprint {
 		Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mode: st.Mode,
 		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
 	}
-}
-
-// copyInto fills dst (empty, open for writing at offset 0) with the bytes of src (read
-// from offset 0, whatever its file offset); see copyFd.
-func copyInto(dst, src *os.File, noClone *atomic.Bool) (cloned bool, err error) {
-	cloned, err = copyFd(int(dst.Fd()), int(src.Fd()), noClone)
-	if err != nil {
-		return false, fmt.Errorf("copy %s: %w", src.Name(), err)
-	}
-	return cloned, nil
 }
 
 // copyFd fills the file dst (empty, open for writing at offset 0) with the bytes of the

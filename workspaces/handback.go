@@ -229,16 +229,7 @@ func readRecord(ws *Workspace) (*Outcome, error) {
 // idempotent, so a retire cut by a crash is completed by the next call; a crash leaves
 // the base either in place or in trash/, never half removed.
 func retire(ctx context.Context, ws *Workspace, opts *HandBackOptions) error {
-	step := func(name string) error {
-		if opts.Step == nil {
-			return nil
-		}
-		if err := opts.Step(name); err != nil {
-			return fmt.Errorf("step %s: %w", name, err)
-		}
-		return nil
-	}
-	if err := step("trash base"); err != nil {
+	if err := runStep(opts.Step, "trash base"); err != nil {
 		return err
 	}
 	if err := toTrash(ws, baseName); err != nil {
@@ -251,13 +242,13 @@ func retire(ctx context.Context, ws *Workspace, opts *HandBackOptions) error {
 		linked = err == nil && target == ws.Parent
 	}
 	if !linked {
-		if err := step("trash work"); err != nil {
+		if err := runStep(opts.Step, "trash work"); err != nil {
 			return err
 		}
 		if err := toTrash(ws, workName); err != nil {
 			return err
 		}
-		if err := step("link work"); err != nil {
+		if err := runStep(opts.Step, "link work"); err != nil {
 			return err
 		}
 		tmp := work + ".link"

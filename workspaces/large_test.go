@@ -11,49 +11,37 @@ import (
 	"testing"
 )
 
-// writeMany writes n small files under dir, 100 a directory, four directories at once.
+// writeMany writes n small files under dir, 100 a directory (see writeFiles).
 func writeMany(t testing.TB, dir string, n int) {
 	t.Helper()
-	var g errgroup
+	writeFiles(t, dir, n, "d%03d", "f%05d", func(i int) []byte { return []byte(fmt.Sprint(i)) })
+}
+
+// writeFiles writes n files under dir, 100 a directory, four directories at once:
+// directory d is named by dirFormat from d, file i by fileFormat from i, and holds data(i).
+func writeFiles(t testing.TB, dir string, n int, dirFormat, fileFormat string, data func(i int) []byte) {
+	t.Helper()
 	dirs := (n + 99) / 100
-	for w := range 4 {
-		g.Go(func() error {
-			for d := w; d < dirs; d += 4 {
-				sub := filepath.Join(dir, fmt.Sprintf("d%03d", d))
-				if err := os.MkdirAll(sub, 0o755); err != nil {
-					return err
+	var errs [4]error
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for d := w; d < dirs && errs[w] == nil; d += len(errs) {
+				sub := filepath.Join(dir, fmt.Sprintf(dirFormat, d))
+				if errs[w] = os.MkdirAll(sub, 0o755); errs[w] != nil {
+					return
 				}
-				for i := d * 100; i < min(n, d*100+100); i++ {
-					if err := os.WriteFile(filepath.Join(sub, fmt.Sprintf("f%05d", i)), []byte(fmt.Sprint(i)), 0o644); err != nil {
-						return err
-					}
+				for i := d * 100; i < min(n, d*100+100) && errs[w] == nil; i++ {
+					errs[w] = os.WriteFile(filepath.Join(sub, fmt.Sprintf(fileFormat, i)), data(i), 0o644)
 				}
 			}
-			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
 		t.Fatal(err)
 	}
 }
-
-// errgroup runs functions and returns the first error (a small stand-in for
-// golang.org/x/sync/errgroup).
-type errgroup struct {
-	wg   sync.WaitGroup
-	once sync.Once
-	err  error
-}
-
-func (g *errgroup) Go(fn func() error) {
-	g.wg.Go(func() {
-		if err := fn(); err != nil {
-			g.once.Do(func() { g.err = err })
-		}
-	})
-}
-
-func (g *errgroup) Wait() error { g.wg.Wait(); return g.err }
 
 // TestHandBackOfAnUnchangedLargeWorkspaceReadsNothing hands back an unchanged workspace of
 // exactly MaxFiles files and checks it opened and read no file's content (the manifest's
