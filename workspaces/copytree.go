@@ -152,7 +152,7 @@ func (c *copier) copyFiles(ctx context.Context) error {
 		wg.Go(func() {
 			var buf []byte
 			if c.digestMax >= 0 {
-				buf = make([]byte, c.digestMax+1)
+				buf = make([]byte, c.digestMax)
 			}
 			for ctx.Err() == nil {
 				j := int(next.Add(1)) - 1
@@ -173,7 +173,7 @@ func (c *copier) copyFiles(ctx context.Context) error {
 	return nil
 }
 
-// copyDir copies the files of one job; buf (digestMax+1 bytes) holds a file to digest.
+// copyDir copies the files of one job; buf (digestMax bytes) holds a file to digest.
 func (c *copier) copyDir(j *copyJob, buf []byte) error {
 	fds := [3]int{c.src.fd, c.base.fd, c.work.fd}
 	if j.dir != "" {
@@ -270,9 +270,10 @@ func (c *copier) count(cloned bool) {
 // cachedDigest sets out to the SHA-256 of the size bytes of the open file fd if all of
 // them are in the page cache, and reports whether it did. cachestat(2) says whether they
 // are without reading them (so a file that is not cached costs no read); the read itself
-// (into buf, which holds size+1 bytes) does not wait either (RWF_NOWAIT). A file that is
-// not cached, grew or shrank, or a kernel without RWF_NOWAIT, gets no digest (its base is
-// then a copy); on a kernel without cachestat(2) the read that does not wait decides.
+// (into buf, which holds at least size bytes) does not wait either (RWF_NOWAIT). A file
+// that is not cached or shrank, or a kernel without RWF_NOWAIT, gets no digest (its base
+// is then a copy); on a kernel without cachestat(2) the read that does not wait decides.
+// A file that grew reads as its first size bytes: the caller's second stat tells.
 func cachedDigest(fd int, size int64, buf []byte, out *[sha256.Size]byte) bool {
 	if size > 0 {
 		var cs unix.Cachestat_t
@@ -281,7 +282,7 @@ func cachedDigest(fd int, size int64, buf []byte, out *[sha256.Size]byte) bool {
 			return false
 		}
 	}
-	b := buf[:size+1]
+	b := buf[:size]
 	n := 0
 	for n < len(b) {
 		m, err := unix.Preadv2(fd, [][]byte{b[n:]}, int64(n), unix.RWF_NOWAIT)
