@@ -33,6 +33,14 @@ func BenchmarkStartToHello(b *testing.B) {
 
 // startHello starts a kernel, reads its hello (timed) and ends it (not timed).
 func startHello(b *testing.B, argv, env []string) {
+	end := untilHello(b, argv, env)
+	b.StopTimer()
+	end()
+	b.StartTimer()
+}
+
+// untilHello starts a kernel and reads its hello; end closes its stdin and waits for it.
+func untilHello(b *testing.B, argv, env []string) (end func()) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	stdin, _ := cmd.StdinPipe()
@@ -44,11 +52,11 @@ func startHello(b *testing.B, argv, env []string) {
 	if err != nil || len(line) < 20 {
 		b.Fatalf("hello: %q, %v", line, err)
 	}
-	b.StopTimer()
-	stdin.Close()
-	io.Copy(io.Discard, stdout)
-	cmd.Wait()
-	b.StartTimer()
+	return func() {
+		stdin.Close()
+		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+	}
 }
 
 func BenchmarkPythonPass(b *testing.B) {
@@ -152,20 +160,9 @@ func BenchmarkStartToHelloVsPythonPass(b *testing.B) {
 	var kernel, pass time.Duration
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = env
-		stdin, _ := cmd.StdinPipe()
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := bufio.NewReader(stdout).ReadBytes('\n'); err != nil {
-			b.Fatal(err)
-		}
+		end := untilHello(b, argv, env)
 		kernel += time.Since(t0)
-		stdin.Close()
-		io.Copy(io.Discard, stdout)
-		cmd.Wait()
+		end()
 
 		t0 = time.Now()
 		if err := exec.Command(python, "-I", "-S", "-c", "pass").Run(); err != nil {

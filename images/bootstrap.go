@@ -14,18 +14,22 @@ import (
 //go:embed bootstrap.py
 var bootstrapSource string
 
-// bootstrapProgram is bootstrap.py as a -c program: comments and blank lines dropped, the
-// size limit filled in.
-var bootstrapProgram = func() string {
+// bootstrapProgram is bootstrap.py as a -c program, the size limit filled in.
+var bootstrapProgram = PythonProgram(strings.ReplaceAll(bootstrapSource, "MAX_BUNDLE", strconv.Itoa(MaxBootstrapZip)))
+
+// PythonProgram makes an embedded Python source a -c program: the lines that are blank or
+// hold only a comment are left out (every start compiles the program; comments are for
+// the source file). src must hold no multi-line string whose lines could be dropped.
+func PythonProgram(src string) string {
 	var b strings.Builder
-	for line := range strings.Lines(strings.ReplaceAll(bootstrapSource, "MAX_BUNDLE", strconv.Itoa(MaxBootstrapZip))) {
+	for line := range strings.Lines(src) {
 		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") || t == "" {
 			continue
 		}
 		b.WriteString(line)
 	}
 	return b.String()
-}()
+}
 
 // BootstrapProgram returns the -c program of BootstrapArgv, for a transport that runs it
 // after a prelude of its own: it reads BootstrapPayload from stdin, checks it against the

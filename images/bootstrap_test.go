@@ -94,7 +94,7 @@ func TestBootstrapRefusesABadPayload(t *testing.T) {
 		"truncated":    {good[:len(good)-10], "stdin ended"},
 		"empty":        {nil, "stdin ended"},
 		"too large":    {huge, "over the limit"},
-		"not a zip":    {notZip, "zip"},
+		"not a zip":    {notZip, "not a zip"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kennel-dev/kennel/internal/procfs"
 	"io"
 	"io/fs"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
 // helperEnv puts the test binary in helper mode: a controller that starts a reaper whose

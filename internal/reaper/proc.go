@@ -6,9 +6,6 @@ import (
 	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
-// ErrStat reports a /proc/<pid>/stat line that does not parse.
-var ErrStat = procfs.ErrStat
-
 // children lists the processes whose parent is ppid, by one walk of /proc. Processes that
 // end during the walk are skipped.
 func children(ppid int) ([]procfs.Stat, error) {

@@ -3,10 +3,11 @@ package docker
 import (
 	"errors"
 	"fmt"
-	"github.com/kennel-dev/kennel/internal/procfs"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
 // Labels every kernel container carries.

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -28,9 +29,8 @@ type Kernel struct {
 	exit      transports.Exit
 	err       error
 
-	killed     atomic.Bool
-	killOnce   sync.Once
-	stdinGrace time.Duration
+	killed atomic.Bool
+	ladder *transports.Ladder
 	// escalate is the mode's stage after the stdin grace: stop the container, or signal
 	// the exec's process. It returns when that stage has run (not when the end is seen).
 	escalate func(ctx context.Context)
@@ -46,14 +46,21 @@ func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Wri
 	}
 	pr, pw := io.Pipe()
 	k := &Kernel{
-		info:       info,
-		conn:       conn,
-		stdin:      &stdinConn{conn: conn},
-		stdout:     pr,
-		demuxDone:  make(chan struct{}),
-		done:       make(chan struct{}),
-		stdinGrace: stdinGrace,
+		info:      info,
+		conn:      conn,
+		stdin:     &stdinConn{conn: conn},
+		stdout:    pr,
+		demuxDone: make(chan struct{}),
+		done:      make(chan struct{}),
 	}
+	k.ladder = &transports.Ladder{Ended: k.done, Steps: []transports.Step{
+		{Act: func() { _ = k.stdin.Close() }, Grace: stdinGrace},
+		{Act: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			k.escalate(ctx)
+		}},
+	}}
 	go func() {
 		defer close(k.demuxDone)
 		_, err := stdcopy.StdCopy(pw, stderr, conn.Reader)
@@ -88,42 +95,17 @@ func (k *Kernel) Wait() (transports.Exit, error) {
 // Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
 // exit; then stop the container (SIGTERM, and SIGKILL after Options.StopGrace) or, in
 // exec mode, signal the exec's process TERM then KILL; then the container is removed.
-// It returns once the end is confirmed (Wait's result is set) or ctx ends.
+// It returns once the end is confirmed (Wait's result is set). The stages run once,
+// whoever calls Kill and however often; if ctx ends first, Kill returns ctx's cause and
+// the stages go on.
 func (k *Kernel) Kill(ctx context.Context) error {
 	select {
 	case <-k.done:
 		return nil
 	default:
 	}
-	k.killOnce.Do(func() {
-		k.killed.Store(true)
-		go func() {
-			_ = k.stdin.Close()
-			if k.stdinGrace > 0 {
-				t := time.NewTimer(k.stdinGrace)
-				defer t.Stop()
-				select {
-				case <-k.done:
-					return
-				case <-t.C:
-				}
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			k.escalate(sctx)
-		}()
-	})
-	select {
-	case <-k.done:
-		return nil
-	case <-ctx.Done():
-		select {
-		case <-k.done:
-			return nil
-		default:
-		}
-		return context.Cause(ctx)
-	}
+	k.killed.Store(true)
+	return k.ladder.Kill(ctx, fmt.Sprintf("docker kernel %.12s", k.info.ID))
 }
 
 // finish records the end; exit.Killed is set when Kill ran before it.

@@ -19,20 +19,7 @@ var stageSource string
 // stageScript is the staging command: the interpreter's path on stdin's first line, then
 // the stage program's input (see stage.py).
 var stageScript = `IFS= read -r py || exit 2
-exec "$py" -I -S -c ` + shQuote(pyProgram(stageSource))
-
-// pyProgram drops the comment-only and blank lines of an embedded Python source (the
-// command line carries the program; comments are for the source file).
-func pyProgram(src string) string {
-	var b strings.Builder
-	for line := range strings.Lines(src) {
-		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") || t == "" {
-			continue
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
+exec "$py" -I -S -c ` + shQuote(images.PythonProgram(stageSource))
 
 // bundleTar returns the bundle's files as a tar stream.
 func bundleTar(b *images.Bundle) ([]byte, error) {
@@ -82,21 +69,24 @@ func (h *Hosts) Stage(ctx context.Context, target string) (StageResult, error) {
 	if err != nil {
 		return StageResult{}, err
 	}
-	return h.stage(ctx, target, b)
+	res, _, err := h.stage(ctx, target, b)
+	return res, err
 }
 
-func (h *Hosts) stage(ctx context.Context, target string, b *images.Bundle) (StageResult, error) {
+// stage is Stage for bundle b; it also returns the ready probe it went by (Staged as the
+// probe found it), so a caller needs no second probe.
+func (h *Hosts) stage(ctx context.Context, target string, b *images.Bundle) (StageResult, Probe, error) {
 	p := h.probeBundle(ctx, target, b.Hash())
 	if p.Status != StatusReady {
-		return StageResult{}, fmt.Errorf("stage bundle on %s: %w", target, p.Err)
+		return StageResult{}, p, fmt.Errorf("stage bundle on %s: %w", target, p.Err)
 	}
 	dir := p.Home + "/.kennel-remote/" + b.Hash()
 	if p.Staged {
-		return StageResult{Dir: dir}, nil
+		return StageResult{Dir: dir}, p, nil
 	}
 	t, err := h.res.resolve(target)
 	if err != nil {
-		return StageResult{}, err
+		return StageResult{}, p, err
 	}
 	ch := h.stages.DoChan(t.Key()+" "+b.Hash(), func() (any, error) {
 		c, err := h.clientFor(ctx, t)
@@ -120,10 +110,10 @@ func (h *Hosts) stage(ctx context.Context, target string, b *images.Bundle) (Sta
 	select {
 	case r := <-ch:
 		if r.Err != nil {
-			return StageResult{}, r.Err
+			return StageResult{}, p, r.Err
 		}
-		return StageResult{Dir: dir, Sent: r.Val.(bool)}, nil
+		return StageResult{Dir: dir, Sent: r.Val.(bool)}, p, nil
 	case <-ctx.Done():
-		return StageResult{}, fmt.Errorf("stage bundle on %s: %w", t, context.Cause(ctx))
+		return StageResult{}, p, fmt.Errorf("stage bundle on %s: %w", t, context.Cause(ctx))
 	}
 }

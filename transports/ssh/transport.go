@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strconv"
 	"strings"
@@ -38,13 +37,13 @@ var controlSource string
 // line, then the start block (launch.py), then the frames.
 var kernelScript = `IFS= read -r py || exit 2
 export MALLOC_MMAP_THRESHOLD_=33554432
-exec "$py" -I -S -c ` + shQuote(strings.ReplaceAll(pyProgram(launchSource), "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))+
+exec "$py" -I -S -c ` + shQuote(strings.ReplaceAll(images.PythonProgram(launchSource), "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))+
 	"\n"+bootProgram())
 
 // controlScript signals or sweeps a kernel (control.py): the interpreter's path on
 // stdin's first line, then the run id and the action.
 var controlScript = `IFS= read -r py || exit 2
-exec "$py" -I -S -c ` + shQuote(pyProgram(controlSource))
+exec "$py" -I -S -c ` + shQuote(images.PythonProgram(controlSource))
 
 // bootProgram is images' -c program that runs a stub unpacked in sys.argv[1].
 func bootProgram() string {
@@ -105,12 +104,9 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
-	if _, err := t.hosts.stage(ctx, t.opts.Target, b); err != nil {
+	_, p, err := t.hosts.stage(ctx, t.opts.Target, b)
+	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
-	}
-	p := t.hosts.probeBundle(ctx, t.opts.Target, b.Hash())
-	if p.Status != StatusReady {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, p.Err)
 	}
 	c, target, err := t.hosts.Client(ctx, t.opts.Target)
 	if err != nil {
@@ -218,6 +214,6 @@ func (h *Hosts) control(ctx context.Context, target Target, python, runID, actio
 		return "", err
 	}
 	out, err := runRemote(ctx, c, action+" kernel "+runID+" on "+target.String(), controlScript,
-		io.MultiReader(strings.NewReader(python+"\n"+runID+"\n"+action+"\n")), 4096)
+		strings.NewReader(python+"\n"+runID+"\n"+action+"\n"), 4096)
 	return strings.TrimSpace(string(out)), err
 }

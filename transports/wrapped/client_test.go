@@ -3,7 +3,6 @@ package wrapped_test
 import (
 	"bytes"
 	"fmt"
-	"github.com/kennel-dev/kennel/internal/procfs"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/transports/transporttest"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"

@@ -27,24 +27,10 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 var preludeSource string
 
 // prelude is the -c program's head that reads the start block (see prelude.py).
-var prelude = program(preludeSource, "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))
+var prelude = images.PythonProgram(strings.ReplaceAll(preludeSource, "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock)))
 
 // loader reads the bundle from stdin, checks it and runs the stub (images/bootstrap.py).
 var loader = images.BootstrapProgram()
-
-// program makes an embedded Python source an argv program: the constant name replaced
-// by its value, and the lines that hold only a comment left out (every kernel start
-// compiles the program; comments are for the source file).
-func program(src, name, value string) string {
-	var b strings.Builder
-	for line := range strings.Lines(strings.ReplaceAll(src, name, value)) {
-		if t := strings.TrimSpace(line); strings.HasPrefix(t, "#") || t == "" {
-			continue
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
 
 // errBadBlock reports a start block that cannot be encoded or decoded.
 var errBadBlock = errors.New("bad start block")
