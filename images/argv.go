@@ -13,7 +13,9 @@ const (
 	// is set.
 	EnvOwner = "KENNEL_KERNEL_OWNER"
 	// EnvEOFGrace is how many seconds (a decimal number) a cell that holds the kernel
-	// after its end began may run before the process exits anyway. Default 30.
+	// after its graceful end began (stdin EOF, shutdown, owner death) may run before the
+	// process exits anyway. Default 30. SIGTERM waits for no cell: it ends the kernel
+	// (its jobs TERMed, then KILLed after 1 s) and exits 143 whatever end is under way.
 	EnvEOFGrace = "KENNEL_KERNEL_EOF_GRACE"
 	// EnvSite set to "0" keeps site-packages off the kernel's sys.path. By default the
 	// stub runs site.main() after its hello, so cells can import installed packages

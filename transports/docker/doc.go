@@ -7,9 +7,11 @@
 // (moby/moby/client, moby/moby/api), which is where maintenance and releases continue.
 // The client negotiates the API version down to the engine's (1.40 and newer).
 //
-//	cli, err := client.New(client.FromEnv)
-//	if err != nil { ... }
-//	if _, err := docker.Sweep(ctx, cli, docker.SweepOptions{}); err != nil { ... } // at controller start
+//	// At controller start: remove the containers of controllers that are gone.
+//	if _, err := docker.SweepEngine(ctx, docker.EngineSweepOptions{}); err != nil { ... }
+//	cli, err := docker.Connect(ctx, docker.ConnectOptions{})
+//	if err != nil { ... } // errors.Is(err, transports.ErrUnavailable): no engine
+//	defer cli.Close()
 //	t, err := docker.New(cli, docker.Options{
 //		Mounts: []pathmap.Mount{{Sandbox: "/work", Host: "/home/me/project"}},
 //	})
@@ -42,7 +44,8 @@
 // Kill closes the kernel's stdin (the stub shuts down at EOF), waits Options.StdinGrace,
 // stops the container (SIGTERM, then SIGKILL after Options.StopGrace) and the container
 // is removed; Wait returns once it is. A kernel killed by the memory limit reports
-// Exit.OOM, which the controller turns into its typed ErrOOM.
+// Exit.OOM, which the controller turns into its typed ErrOOM; a cell's child killed by
+// the limit while the kernel lives on does not (Kernel.Wait says how this is told).
 //
 // Every container is labelled as kennel's (LabelKennel), with its session (LabelSession)
 // and its controller: host name, boot id, pid and the pid's start time (Controller). A
@@ -50,5 +53,8 @@
 // the attach connection closes (stdin EOF), and the next controller's Sweep removes
 // them, because their controller's pid no longer runs with that start time. Two live
 // controllers never remove each other's containers, and containers of a controller on
-// another host are left to that host.
+// another host are left to that host. SweepEngine is that sweep for a controller's
+// start (`kennel run --docker`, `kennel serve`): it connects to the engine itself and
+// answers at once, or within DefaultPingTimeout, with an error matching
+// transports.ErrUnavailable when there is no engine to reach.
 package docker

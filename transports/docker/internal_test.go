@@ -168,3 +168,25 @@ func TestOptionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The kernel's own end is an OOM only with the engine's OOM flag, a SIGKILL end, and no
+// stop stage before it.
+func TestKernelOOMRule(t *testing.T) {
+	for _, c := range []struct {
+		oomKilled bool
+		code      int
+		stopped   bool
+		want      bool
+	}{
+		{true, 137, false, true},
+		{true, 0, false, false},   // a child was OOM-killed; the kernel exited at EOF
+		{true, 143, false, false}, // ... or at SIGTERM
+		{true, 137, true, false},  // ... then the stop stage's SIGKILL ended it
+		{false, 137, false, false},
+		{false, 0, false, false},
+	} {
+		if got := kernelOOM(c.oomKilled, c.code, c.stopped); got != c.want {
+			t.Errorf("kernelOOM(%v, %d, %v) = %v, want %v", c.oomKilled, c.code, c.stopped, got, c.want)
+		}
+	}
+}

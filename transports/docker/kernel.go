@@ -34,6 +34,12 @@ type Kernel struct {
 	// escalate is the mode's stage after the stdin grace: stop the container, or signal
 	// the exec's process. It returns when that stage has run (not when the end is seen).
 	escalate func(ctx context.Context)
+
+	// endMu orders the container's end as reap sees it against the stop stage: ended is
+	// set when the engine reported the container stopped, stopped when the stop stage
+	// was issued while it still ran (run mode; its SIGKILL then looks like an OOM kill).
+	endMu          sync.Mutex
+	ended, stopped bool
 }
 
 var _ transports.Kernel = (*Kernel)(nil)
@@ -84,9 +90,13 @@ func (k *Kernel) Stdout() io.Reader { return k.stdout }
 func (k *Kernel) Info() transports.Info { return k.info }
 
 // Wait blocks until the kernel has exited and, in run mode, its container is removed.
-// Exit.OOM reports the memory limit's kill (the container's State.OOMKilled); Code is
-// the container's (or exec's) exit code as the engine reports it (128+N after signal N
-// in a container, whose init reports it so). Later calls return the same.
+// Code is the container's (or exec's) exit code as the engine reports it (128+N after
+// signal N in a container, whose init reports it so). Exit.OOM (run mode) reports that
+// the memory limit ended the kernel itself: the engine saw an OOM kill in the container
+// (State.OOMKilled) and the container ended by SIGKILL (137) before Kill's stop stage
+// began. A cell's child or job killed by the limit while the kernel lives on does not
+// make its later end an OOM, nor does the stop stage's SIGKILL. Exit.Killed reports
+// that Kill ran before the end. Later calls return the same.
 func (k *Kernel) Wait() (transports.Exit, error) {
 	<-k.done
 	return k.exit, k.err
@@ -106,6 +116,27 @@ func (k *Kernel) Kill(ctx context.Context) error {
 	}
 	k.killed.Store(true)
 	return k.ladder.Kill(ctx, fmt.Sprintf("docker kernel %.12s", k.info.ID))
+}
+
+// stopping reports whether the stop stage may go on: false once the container's end was
+// seen (nothing to stop). Otherwise it records that the stop was issued.
+func (k *Kernel) stopping() bool {
+	k.endMu.Lock()
+	defer k.endMu.Unlock()
+	if k.ended {
+		return false
+	}
+	k.stopped = true
+	return true
+}
+
+// exited records that the container's end was seen and reports whether the stop stage
+// had been issued before it.
+func (k *Kernel) exited() (stopped bool) {
+	k.endMu.Lock()
+	defer k.endMu.Unlock()
+	k.ended = true
+	return k.stopped
 }
 
 // finish records the end; exit.Killed is set when Kill ran before it.

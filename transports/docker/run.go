@@ -119,6 +119,9 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 		stop = 0
 	}
 	k.escalate = func(ctx context.Context) {
+		if !k.stopping() {
+			return // it has ended: reap removes it
+		}
 		_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
 	}
 	go t.reap(k, id)
@@ -141,10 +144,11 @@ func (t *Transport) reap(k *Kernel, id string) {
 	case err := <-w.Error:
 		werr = fmt.Errorf("wait container %.12s: %w", id, err)
 	}
+	stopped := k.exited()
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	if ins, err := t.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
-		exit.OOM = ins.Container.State.OOMKilled
 		exit.Code = ins.Container.State.ExitCode
+		exit.OOM = kernelOOM(ins.Container.State.OOMKilled, exit.Code, stopped)
 		if ins.Container.State.Running {
 			// The wait ended without the container ending (the engine went away): stop it.
 			stop := 0
@@ -161,6 +165,25 @@ func (t *Transport) reap(k *Kernel, id string) {
 	}
 	cancel()
 	k.finish(exit, werr)
+}
+
+// sigkillCode is the exit code the container reports when its kernel (or, with
+// Options.NoInit, its pid 1) was ended by SIGKILL: 128+9.
+const sigkillCode = 128 + 9
+
+// kernelOOM tells whether the memory limit ended the kernel itself, from what the engine
+// reports and whether Kill's stop stage had been issued before the container ended.
+//
+// The engine's State.OOMKilled says only that the kernel's OOM killer killed some
+// process in the container's cgroup (a cell's child, a job), not which: the engine gets
+// an event per cgroup, with no pid. So the kernel's own end is an OOM only when, as
+// well, the container ended by SIGKILL (the OOM killer's signal), and not after the stop
+// stage, whose SIGKILL reports the same code. A kernel whose child was OOM-killed and
+// that then exits by itself (0 at stdin EOF, 143 at SIGTERM, any code but 137) is not.
+// A kernel that kills itself with SIGKILL, or exits 137, after a child's OOM kill is
+// reported as OOM: nothing tells the two apart.
+func kernelOOM(oomKilled bool, code int, stopped bool) bool {
+	return oomKilled && code == sigkillCode && !stopped
 }
 
 // classify marks engine errors that mean "cannot run here" (no engine, image or network

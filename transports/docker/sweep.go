@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // SweepOptions say which kennel containers Sweep removes.
@@ -89,4 +92,81 @@ func remove(ctx context.Context, cli client.APIClient, id string) error {
 		return fmt.Errorf("remove container %.12s: %w", id, err)
 	}
 	return nil
+}
+
+// DefaultPingTimeout bounds Connect's first contact with the engine when
+// ConnectOptions.PingTimeout is zero.
+const DefaultPingTimeout = 3 * time.Second
+
+// ConnectOptions say which engine Connect reaches.
+type ConnectOptions struct {
+	// Client configures the engine client. Nil means client.FromEnv: the engine
+	// DOCKER_HOST names (the local socket by default), with DOCKER_API_VERSION,
+	// DOCKER_CERT_PATH and DOCKER_TLS_VERIFY, as `kennel run --docker` uses.
+	Client []client.Opt
+	// PingTimeout bounds the ping that checks the engine answers (and negotiates the API
+	// version). Zero means DefaultPingTimeout; negative means ctx alone bounds it.
+	PingTimeout time.Duration
+}
+
+// Connect returns a client of the engine o names once it answers a ping, the API
+// version negotiated down to the engine's. An engine that cannot be reached or does not
+// answer within the ping timeout (no socket, a refused or hung connection, a DOCKER_HOST
+// that does not parse) is an error matching transports.ErrUnavailable, returned as soon
+// as that is known; nothing is left open then. The caller closes the client.
+func Connect(ctx context.Context, o ConnectOptions) (*client.Client, error) {
+	opts := o.Client
+	if opts == nil {
+		opts = []client.Opt{client.FromEnv}
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker engine: %w: %w", transports.ErrUnavailable, err)
+	}
+	pctx := ctx
+	if o.PingTimeout >= 0 {
+		d := o.PingTimeout
+		if d == 0 {
+			d = DefaultPingTimeout
+		}
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		if cause := context.Cause(ctx); cause != nil {
+			return nil, fmt.Errorf("docker engine %s: %w", cli.DaemonHost(), cause) // the caller gave up
+		}
+		return nil, fmt.Errorf("docker engine %s: %w: %w", cli.DaemonHost(), transports.ErrUnavailable, err)
+	}
+	return cli, nil
+}
+
+// EngineSweepOptions configure SweepEngine.
+type EngineSweepOptions struct {
+	// ConnectOptions say which engine to sweep; the zero value is the one `kennel run
+	// --docker` uses.
+	ConnectOptions
+	// Self is the sweeping controller. The zero value means Self().
+	Self Controller
+}
+
+// SweepEngine is the sweep a controller runs when it starts, before or while it starts
+// kernels: it connects to the engine (Connect) and removes the containers of the
+// controllers of this host that are gone (Sweep's rule), and no other: Self's own
+// containers are all kept, so it may run beside Self's starts. ctx bounds the whole
+// sweep.
+//
+// With no engine to reach it returns at once, or within the ping timeout, an error
+// matching transports.ErrUnavailable, having changed nothing: a controller that does not
+// use Docker starts all the same, and may log that at debug level. Any other error (the
+// engine answered but a list or a removal failed) is worth a warning.
+func SweepEngine(ctx context.Context, o EngineSweepOptions) (SweepResult, error) {
+	cli, err := Connect(ctx, o.ConnectOptions)
+	if err != nil {
+		return SweepResult{}, fmt.Errorf("sweep: %w", err)
+	}
+	defer cli.Close()
+	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }})
 }

@@ -7,7 +7,8 @@
 // Authentication uses the ssh agent (SSH_AUTH_SOCK) and the identity files; host keys are
 // checked against known_hosts with accept-new semantics (an unknown host is added, a
 // changed key is refused with ErrHostKeyChanged naming the file and the fix). A
-// connection times out after ConnectTimeout and sends keepalives.
+// connection times out after ConnectTimeout and sends keepalives; one whose peer falls
+// silent is closed within KeepAliveTimeout (see Remote kernels).
 //
 //	hosts, err := ssh.NewHosts(ssh.HostsOptions{})
 //	if err != nil { ... }
@@ -37,15 +38,27 @@
 //
 // # Remote kernels
 //
-// A kernel runs in ~/.kennel-remote/run/<id>/ (0700), which records its pid (it leads
-// its process group), with KENNEL_REMOTE_RUN=<id> in its environment, which every
-// process it starts inherits. Kill closes the session's stdin (the stub ends its jobs at
-// EOF), then sends SIGTERM and SIGKILL to the kernel's group by a remote command; the
-// controller never signals a remote pid locally. After the end, a remote sweep ends
-// every process still marked with the run (on Linux, read from /proc) and removes the
-// run directory. A pid recorded in the run directory could in principle be reused by
-// an unrelated group once every process of the kernel's group has ended; the ladder
-// only runs while the session is open.
+// A kernel runs in ~/.kennel-remote/run/<id>/ (0700), which records its pid and start
+// time (field 22 of /proc/<pid>/stat; it leads its process group). KENNEL_REMOTE_RUN=<id>
+// is exported by the kernel command before the interpreter's exec, so the kernel's own
+// /proc/<pid>/environ carries it, as does every process it starts. Kill closes the
+// session's stdin (the stub ends its jobs at EOF), then sends SIGTERM and SIGKILL to the
+// kernel's group by a remote command; the controller never signals a remote pid
+// locally. After the end, a remote sweep ends every process still marked with the run
+// (on Linux, read from /proc) and removes the run directory. The group is signalled only
+// while the process under the recorded pid has the recorded start time (checked through
+// a pidfd held across the signal), so a pid given to a later process is never signalled.
+//
+// A connection that drops, or goes unanswered for Hosts.KeepAliveTimeout (15 s by
+// default: a keepalive every 5 s, 3 unanswered), ends its kernels' sessions: the
+// kernel's Stdout and Wait then end with an ErrConnectionLost error naming the
+// connection and its fault ("connection lost: EOF", "connection lost: keepalive: no
+// answer for 15s"), and the transport ends the kernel on the host through a fresh
+// connection (TERM, then KILL, to its group and every marked process; the sweep). When
+// the host cannot be reached for that, the error says so; the kernel then ends at the
+// stdin EOF it gets once the host's sshd drops the session (within its EOF grace, if a
+// cell holds it). A process that left the kernel's group and cleared its environment is
+// out of reach of both the ladder and the sweep.
 //
 // # Remote files
 //

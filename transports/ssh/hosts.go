@@ -2,7 +2,9 @@ package ssh
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -25,9 +27,14 @@ type HostsOptions struct {
 	// AgentSocket is the ssh agent's socket. Empty means $SSH_AUTH_SOCK; "none" asks no
 	// agent.
 	AgentSocket string
-	// KeepAlive is the interval of keepalive requests on each connection; a connection
-	// that misses three in a row is closed. Zero means 15 s.
+	// KeepAlive is the interval of keepalive requests on each connection. A connection
+	// that answers none of them for KeepAliveCount intervals (a reply that is late counts
+	// as missing) is closed: a silent peer is noticed within KeepAlive × KeepAliveCount
+	// (KeepAliveTimeout), 15 s by default. Zero means 5 s; negative sends none.
 	KeepAlive time.Duration
+	// KeepAliveCount is how many keepalive intervals a connection may go unanswered.
+	// Zero means 3; negative is refused (ErrInvalidOptions).
+	KeepAliveCount int
 	// Python is the interpreter probed and used on hosts when a Spec names none: a name
 	// looked up on the remote login shell's PATH, or a remote path. Empty means "python3".
 	Python string
@@ -42,7 +49,7 @@ type Hosts struct {
 	dialer *dialer
 
 	mu     sync.Mutex
-	conns  map[string]*xssh.Client
+	conns  map[string]*hostConn
 	closed bool
 	dials  singleflight.Group
 
@@ -54,21 +61,48 @@ type Hosts struct {
 	stages singleflight.Group
 }
 
+// The keepalive defaults: a request every DefaultKeepAlive, a connection closed after
+// DefaultKeepAliveCount unanswered intervals (15 s).
+const (
+	DefaultKeepAlive      = 5 * time.Second
+	DefaultKeepAliveCount = 3
+)
+
+// keepaliveRequest is OpenSSH's own keepalive: any answer (even a refusal) is one.
+const keepaliveRequest = "keepalive@openssh.com"
+
 // NewHosts reads the ssh config and returns a Hosts that has connected nowhere yet.
+// Options it cannot use are refused with ErrInvalidOptions.
 func NewHosts(opts HostsOptions) (*Hosts, error) {
+	if opts.KeepAliveCount < 0 {
+		return nil, fmt.Errorf("new hosts: keepalive count %d is negative: %w", opts.KeepAliveCount, ErrInvalidOptions)
+	}
 	res, err := newResolver(opts.ConfigFile)
 	if err != nil {
 		return nil, err
 	}
 	if opts.KeepAlive == 0 {
-		opts.KeepAlive = 15 * time.Second
+		opts.KeepAlive = DefaultKeepAlive
+	}
+	if opts.KeepAliveCount == 0 {
+		opts.KeepAliveCount = DefaultKeepAliveCount
 	}
 	if opts.Python == "" {
 		opts.Python = "python3"
 	}
-	h := &Hosts{opts: opts, res: res, conns: map[string]*xssh.Client{}, cache: map[string]cachedProbe{}, now: time.Now}
+	h := &Hosts{opts: opts, res: res, conns: map[string]*hostConn{}, cache: map[string]cachedProbe{}, now: time.Now}
 	h.dialer = &dialer{opts: opts, jumpTo: h.clientFor}
 	return h, nil
+}
+
+// KeepAliveTimeout is how long a connection may go without answering a keepalive before
+// it is closed (KeepAlive × KeepAliveCount, as resolved): a peer that goes silent is
+// noticed within it. Zero when keepalives are off.
+func (h *Hosts) KeepAliveTimeout() time.Duration {
+	if h.opts.KeepAlive < 0 {
+		return 0
+	}
+	return h.opts.KeepAlive * time.Duration(h.opts.KeepAliveCount)
 }
 
 // Resolve resolves "[user@]host[:port]" through the ssh config without connecting.
@@ -87,22 +121,43 @@ func (h *Hosts) Client(ctx context.Context, target string) (*xssh.Client, Target
 }
 
 func (h *Hosts) clientFor(ctx context.Context, t Target) (*xssh.Client, error) {
+	hc, err := h.connFor(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return hc.c, nil
+}
+
+// live returns the connection for key if there is one that has not ended; an ended one
+// is forgotten. h.mu is held.
+func (h *Hosts) live(key string) *hostConn {
+	hc := h.conns[key]
+	if hc != nil && hc.ended() {
+		delete(h.conns, key)
+		hc = nil
+	}
+	return hc
+}
+
+// connFor returns the live connection to t, dialling one if there is none (or the last
+// one ended).
+func (h *Hosts) connFor(ctx context.Context, t Target) (*hostConn, error) {
 	key := t.Key()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("connect %s: hosts closed: %w", t, ErrUnreachable)
 	}
-	if c := h.conns[key]; c != nil {
+	if hc := h.live(key); hc != nil {
 		h.mu.Unlock()
-		return c, nil
+		return hc, nil
 	}
 	h.mu.Unlock()
 	ch := h.dials.DoChan(key, func() (any, error) {
 		h.mu.Lock()
-		if c := h.conns[key]; c != nil {
+		if hc := h.live(key); hc != nil {
 			h.mu.Unlock()
-			return c, nil
+			return hc, nil
 		}
 		h.mu.Unlock()
 		// The dial belongs to every caller that joins it: no one caller's ctx ends it.
@@ -112,73 +167,79 @@ func (h *Hosts) clientFor(ctx context.Context, t Target) (*xssh.Client, error) {
 		if err != nil {
 			return nil, err
 		}
+		hc := newHostConn(c, t)
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			c.Close()
+			hc.close()
 			return nil, fmt.Errorf("connect %s: hosts closed: %w", t, ErrUnreachable)
 		}
-		h.conns[key] = c
+		h.conns[key] = hc
 		h.mu.Unlock()
-		go h.watch(key, c)
-		return c, nil
+		go h.watch(key, hc)
+		return hc, nil
 	})
 	select {
 	case r := <-ch:
 		if r.Err != nil {
 			return nil, r.Err
 		}
-		return r.Val.(*xssh.Client), nil
+		return r.Val.(*hostConn), nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("connect %s: %w: %w", t, context.Cause(ctx), ErrUnreachable)
 	}
 }
 
-// watch sends keepalives on c and forgets it once it ends (or misses three).
-func (h *Hosts) watch(key string, c *xssh.Client) {
-	done := make(chan struct{})
+// watch sends keepalives on hc until it ends, closes it once none has been answered for
+// KeepAliveTimeout, and forgets it once it has ended.
+func (h *Hosts) watch(key string, hc *hostConn) {
+	defer h.forget(key, hc)
+	if h.opts.KeepAlive < 0 {
+		<-hc.done
+		return
+	}
+	// One request at a time: a reply that stalls holds the next request back, and counts
+	// as missing while it is late.
+	answered := make(chan struct{}, 1)
 	go func() {
-		_ = c.Wait()
-		close(done)
-	}()
-	tick := time.NewTicker(h.opts.KeepAlive)
-	defer tick.Stop()
-	missed := 0
-loop:
-	for {
-		select {
-		case <-done:
-			break loop
-		case <-tick.C:
-			reply := make(chan error, 1)
-			go func() {
-				_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
-				reply <- err
-			}()
+		tick := time.NewTicker(h.opts.KeepAlive)
+		defer tick.Stop()
+		for {
 			select {
-			case err := <-reply:
-				if err != nil {
-					missed = 3
-				} else {
-					missed = 0
-				}
-			case <-time.After(h.opts.KeepAlive):
-				missed++
-			case <-done:
-				break loop
+			case <-hc.done:
+				return
+			case <-tick.C:
 			}
-			if missed >= 3 {
-				c.Close()
+			if _, _, err := hc.c.SendRequest(keepaliveRequest, true, nil); err != nil {
+				return // the connection ended
+			}
+			select {
+			case answered <- struct{}{}:
+			default:
 			}
 		}
+	}()
+	window := h.KeepAliveTimeout()
+	silent := time.NewTimer(window)
+	defer silent.Stop()
+	for {
+		select {
+		case <-hc.done:
+			return
+		case <-answered:
+			silent.Reset(window)
+		case <-silent.C:
+			hc.fail(fmt.Errorf("%w for %s", ErrKeepalive, window))
+			<-hc.done
+			return
+		}
 	}
-	h.forget(key, c)
 }
 
-func (h *Hosts) forget(key string, c *xssh.Client) {
+func (h *Hosts) forget(key string, hc *hostConn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.conns[key] == c {
+	if h.conns[key] == hc {
 		delete(h.conns, key)
 	}
 }
@@ -190,11 +251,11 @@ func (h *Hosts) Drop(target string) {
 		return
 	}
 	h.mu.Lock()
-	c := h.conns[t.Key()]
+	hc := h.conns[t.Key()]
 	delete(h.conns, t.Key())
 	h.mu.Unlock()
-	if c != nil {
-		c.Close()
+	if hc != nil {
+		hc.close()
 	}
 }
 
@@ -203,10 +264,94 @@ func (h *Hosts) Close() error {
 	h.mu.Lock()
 	h.closed = true
 	conns := h.conns
-	h.conns = map[string]*xssh.Client{}
+	h.conns = map[string]*hostConn{}
 	h.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
+	for _, hc := range conns {
+		hc.close()
 	}
 	return nil
+}
+
+// errClosedHere is the end of a connection kennel closed itself (Drop, Close).
+var errClosedHere = errors.New("closed by kennel")
+
+// hostConn is one connection of a Hosts and, once it has ended, why.
+type hostConn struct {
+	c      *xssh.Client
+	target Target
+	done   chan struct{} // closed once the connection has ended; cause is set by then
+
+	mu    sync.Mutex
+	cause error
+}
+
+func newHostConn(c *xssh.Client, t Target) *hostConn {
+	hc := &hostConn{c: c, target: t, done: make(chan struct{})}
+	go func() {
+		err := c.Wait()
+		if err == nil {
+			err = io.EOF
+		}
+		hc.setCause(err)
+		close(hc.done)
+	}()
+	return hc
+}
+
+// setCause records why the connection ends; the first cause wins.
+func (hc *hostConn) setCause(err error) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.cause == nil {
+		hc.cause = err
+	}
+}
+
+// fail ends the connection for cause.
+func (hc *hostConn) fail(cause error) {
+	hc.setCause(cause)
+	hc.c.Close()
+}
+
+// close ends the connection as kennel's own doing.
+func (hc *hostConn) close() { hc.fail(errClosedHere) }
+
+func (hc *hostConn) ended() bool {
+	select {
+	case <-hc.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lost returns the error of a connection that has ended: it names the connection and
+// its fault, and matches ErrConnectionLost (and ErrUnreachable). Only after done.
+func (hc *hostConn) lost() error {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return &connLostError{target: hc.target, cause: hc.cause}
+}
+
+// connLostError is a connection that ended while it was in use.
+type connLostError struct {
+	target Target
+	cause  error
+}
+
+func (e *connLostError) Error() string {
+	name := e.target.String()
+	if e.target.HostName != e.target.Name {
+		name += " (" + e.target.Addr() + ")"
+	}
+	return "ssh connection " + name + ": connection lost: " + e.cause.Error()
+}
+
+// Unwrap gives the class and the fault, but never io.EOF: a reader that stops at io.EOF
+// must not take a lost connection for the clean end of a stream.
+func (e *connLostError) Unwrap() []error {
+	if errors.Is(e.cause, io.EOF) {
+		return []error{ErrConnectionLost}
+	}
+	return []error{ErrConnectionLost, e.cause}
 }

@@ -16,6 +16,14 @@ import (
 // cleanupTimeout bounds the remote sweep after a kernel's end.
 const cleanupTimeout = 15 * time.Second
 
+// connSettle bounds how long a session that ended without an exit status waits for its
+// connection's end, to tell a lost connection from a session sshd closed.
+const connSettle = 2 * time.Second
+
+// eofSettle bounds how long the end of a kernel's stdout waits for the session's end, to
+// tell a clean end of the stream from a lost connection.
+const eofSettle = 2 * time.Second
+
 type kernelConfig struct {
 	hosts      *Hosts
 	target     Target
@@ -34,24 +42,27 @@ type kernelConfig struct {
 // The controller never signals a remote pid locally: Kill closes the session's stdin and
 // then runs the signal ladder on the host by a remote command; after the end a sweep on
 // the host ends every process still marked with the kernel's run and removes its run
-// directory.
+// directory. A session that ends without the kernel's own exit status (its connection
+// lost, or sshd gone) is followed by the ladder and the sweep through a fresh connection.
 type Kernel struct {
 	cfg    kernelConfig
+	conn   *hostConn
 	sess   *xssh.Session
 	stdin  io.WriteCloser
-	stdout *sentinelReader
+	stdout *kernelStdout
 	info   transports.Info
 
 	killCalled atomic.Bool
 	ladder     *transports.Ladder
-	exitSeen   chan struct{}
-	finished   chan struct{}
+	exitSeen   chan struct{} // closed once the session has ended; exit and streamErr are set
+	finished   chan struct{} // closed once the host has been swept; err is final
 	exit       transports.Exit
+	streamErr  error // what Stdout ends with instead of io.EOF: the lost connection, or nil
 	err        error
 }
 
-func startKernel(ctx context.Context, c *xssh.Client, cfg kernelConfig) (*Kernel, error) {
-	sess, err := c.NewSession()
+func startKernel(ctx context.Context, hc *hostConn, cfg kernelConfig) (*Kernel, error) {
+	sess, err := hc.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open session on %s: %w: %w", cfg.target, err, ErrUnreachable)
 	}
@@ -79,41 +90,85 @@ func startKernel(ctx context.Context, c *xssh.Client, cfg kernelConfig) (*Kernel
 	}
 	k := &Kernel{
 		cfg:      cfg,
+		conn:     hc,
 		sess:     sess,
 		stdin:    stdin,
-		stdout:   newSentinelReader(stdout),
 		info:     transports.Info{Transport: Name, ID: cfg.id},
 		exitSeen: make(chan struct{}),
 		finished: make(chan struct{}),
 	}
+	k.stdout = &kernelStdout{k: k, r: newSentinelReader(stdout)}
 	k.newLadder()
 	go k.watch()
 	return k, nil
 }
 
+// watch waits for the session's end, works out how the kernel ended, ends it on the host
+// when the session ended without its exit status, and sweeps the host.
 func (k *Kernel) watch() {
 	werr := k.sess.Wait()
 	killed := k.killCalled.Load()
+	exit, status := exitOf(werr, killed)
+	var lost error
+	if !status && (!killed || k.conn.ended()) {
+		// Not the ladder's own close of the session (its last step) over a live connection.
+		lost = k.lostSession(werr)
+	}
+	k.exit = exit
+	switch {
+	case lost != nil && !killed:
+		k.err = lost
+		k.streamErr = lost
+	case lost != nil:
+		// Kill ended the session; the stream still ended by the connection's loss.
+		k.streamErr = lost
+	}
 	close(k.exitSeen)
-	k.exit, k.err = exitOf(werr, killed, k.cfg.target)
-	// Sweep what the kernel left on the host (cells' children, a job's stray process)
-	// and remove its run directory. A host out of reach keeps them: the stub's own EOF
-	// shutdown is then all there is.
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	_, _ = k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, "CLEANUP")
+	if lost != nil {
+		// The kernel may live on: its stdin EOF comes only once the host's sshd drops the
+		// session, and a cell holds the stub for its EOF grace after that. End it through a
+		// fresh connection: the signal ladder to its process group (checked against the
+		// recorded pid and start time), then the sweep of its run's marker.
+		if _, cerr := k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, "CLEANUP"); cerr != nil {
+			k.err = fmt.Errorf("%w; the remote kernel could not be ended (it ends at stdin EOF once the host's sshd drops the session): %w",
+				lost, cerr)
+		}
+	} else {
+		// Sweep what the kernel left on the host (cells' children, a job's stray process)
+		// and remove its run directory. A host out of reach keeps them: the stub's own EOF
+		// shutdown is then all there is.
+		_, _ = k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, "CLEANUP")
+	}
 	cancel()
 	k.sess.Close()
 	close(k.finished)
+}
+
+// lostSession returns the error of a session that ended without an exit status: the
+// connection's loss (named, with its fault) when the connection ended with it, else the
+// session's own end. The connection's end is waited for at most connSettle.
+func (k *Kernel) lostSession(werr error) error {
+	t := time.NewTimer(connSettle)
+	defer t.Stop()
+	select {
+	case <-k.conn.done:
+		return fmt.Errorf("ssh kernel %s: %w", k.cfg.runID, k.conn.lost())
+	case <-t.C:
+	}
+	return fmt.Errorf("ssh kernel %s on %s: session ended without the kernel's exit status: %w: %w",
+		k.cfg.runID, k.cfg.target, werr, ErrUnreachable)
 }
 
 // signalNames maps the names ssh reports in exit-signal to numbers (Linux numbering).
 var signalNames = map[string]int{"HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT": 6, "FPE": 8,
 	"KILL": 9, "SEGV": 11, "PIPE": 13, "ALRM": 14, "TERM": 15, "USR1": 10, "USR2": 12}
 
-func exitOf(werr error, killed bool, t Target) (transports.Exit, error) {
+// exitOf reads the session's end: the exit status or signal, and whether the host sent
+// one (false: the channel closed without it, or the session failed).
+func exitOf(werr error, killed bool) (transports.Exit, bool) {
 	e := transports.Exit{Killed: killed}
 	var ee *xssh.ExitError
-	var missing *xssh.ExitMissingError
 	switch {
 	case werr == nil:
 	case errors.As(werr, &ee):
@@ -121,17 +176,41 @@ func exitOf(werr error, killed bool, t Target) (transports.Exit, error) {
 		if s := ee.Signal(); s != "" {
 			e.Code, e.Signal = -1, signalNames[s]
 		}
-	case errors.As(werr, &missing):
-		// The channel closed without a status: the connection dropped or sshd ended.
-		e.Code = -1
-		if !killed {
-			return e, fmt.Errorf("ssh kernel on %s: %w: %w", t, werr, ErrUnreachable)
-		}
 	default:
 		e.Code = -1
-		return e, fmt.Errorf("ssh kernel on %s: %w: %w", t, werr, ErrUnreachable)
+		return e, false
 	}
-	return e, nil
+	return e, true
+}
+
+// kernelStdout is the kernel's stdout after the sentinel. Where the session's stdout
+// ends because its connection was lost, it ends with that error instead of io.EOF.
+type kernelStdout struct {
+	k       *Kernel
+	r       *sentinelReader
+	decided bool
+	err     error
+}
+
+func (s *kernelStdout) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != io.EOF { //nolint:errorlint // io.EOF is returned unwrapped, as Read's contract says
+		return n, err
+	}
+	if !s.decided {
+		s.decided = true
+		t := time.NewTimer(eofSettle)
+		select {
+		case <-s.k.exitSeen:
+			s.err = s.k.streamErr
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if s.err != nil {
+		return n, s.err
+	}
+	return n, io.EOF
 }
 
 // Stdin is the kernel's standard input (the session's). Closing it sends EOF: the stub
@@ -139,7 +218,10 @@ func exitOf(werr error, killed bool, t Target) (transports.Exit, error) {
 func (k *Kernel) Stdin() io.WriteCloser { return k.stdin }
 
 // Stdout is the kernel's standard output from its first frame on: what the login
-// profile printed before is skipped. It reaches EOF when the session's stdout ends.
+// profile printed before is skipped. It reaches EOF when the session's stdout ends, or,
+// when the connection was lost, ends with an error that names the connection and its
+// fault (ErrConnectionLost; ErrKeepalive for a silent peer). Reads are for one goroutine
+// at a time.
 func (k *Kernel) Stdout() io.Reader { return k.stdout }
 
 // Info reports the transport, no host pid, and "user@host:port:<run directory>" as ID.
@@ -176,9 +258,14 @@ func (k *Kernel) signal(action string) {
 
 // Wait blocks until the remote kernel has exited and the host has been swept (every
 // process still marked with the run ended, the run directory removed; bounded by 15 s),
-// and reports how it ended: the remote exit status, or the signal that ended it. A
-// session that ended without a status (the connection dropped) is an ErrUnreachable
-// error unless Kill was called. Exit.Killed reports that Kill was called before the end.
+// and reports how it ended: the remote exit status, or the signal that ended it.
+//
+// A session that ended without a status is an ErrUnreachable error unless Kill was
+// called: when its connection was lost it matches ErrConnectionLost and names the
+// connection (user@host:port) and its fault ("connection lost: EOF", "connection lost:
+// keepalive: no answer for 15s"); the kernel has then been ended through a fresh
+// connection, and when the host could not be reached for that the error says so too.
+// Exit.Killed reports that Kill was called before the end.
 func (k *Kernel) Wait() (transports.Exit, error) {
 	<-k.finished
 	return k.exit, k.err

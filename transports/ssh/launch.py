@@ -5,13 +5,17 @@
 #   "kennel-ssh/1", the bundle hash, the run id, the working directory, then one
 #   "KEY=VALUE" entry per environment variable.
 #
-# It checks that ~/.kennel-remote/<hash>/ is staged, makes the run directory
-# ~/.kennel-remote/run/<id>/ (0700, new) and records its pid there (the kernel leads its
-# process group, so the pid names the group the transport signals), replaces the
-# environment (keeping PATH, HOME, USER, LOGNAME, SHELL, LANG and TZ from the login
+# The kernel command exported KENNEL_REMOTE_RUN=<id> before it exec'd this process, so
+# the kernel's own /proc/<pid>/environ carries the run's marker; the block's run id must
+# be the same. It checks that ~/.kennel-remote/<hash>/ is staged, makes the run directory
+# ~/.kennel-remote/run/<id>/ (0700, new) and records there, in the file "pid", its pid
+# and its start time (field 22 of /proc/self/stat; "-" where there is no /proc): the
+# kernel leads its process group, so the pid names the group the transport signals, and
+# the start time tells the kernel from a later process given the same pid. It replaces
+# the environment (keeping PATH, HOME, USER, LOGNAME, SHELL, LANG and TZ from the login
 # shell; then the block's entries; then KENNEL_KERNEL_OWNER=stdin and
-# KENNEL_REMOTE_RUN=<id>, which marks every process of the kernel for the final sweep),
-# changes to the directory and hands the stub's directory to the boot program.
+# KENNEL_REMOTE_RUN=<id>, which every process the kernel starts inherits), changes to
+# the directory and hands the stub's directory to the boot program.
 # Failures exit before any frame: 2 a bad block, 3 no staged bundle, 4 no such directory.
 def _kennel_ssh_start():
     import os
@@ -46,6 +50,8 @@ def _kennel_ssh_start():
     if not run_id or len(run_id) > 128 or run_id.startswith(b".") or run_id.strip(
             b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"):
         fail(b"bad run id")
+    if os.environb.get(b"KENNEL_REMOTE_RUN") != run_id:
+        fail(b"run id is not the KENNEL_REMOTE_RUN the kernel was started with")
     entries = []
     for entry in fields[4:]:
         key, sep, value = entry.partition(b"=")
@@ -62,8 +68,13 @@ def _kennel_ssh_start():
         os.makedirs(runs, mode=0o700, exist_ok=True)
         run = os.path.join(runs, run_id)
         os.mkdir(run, 0o700)
+        try:
+            with open("/proc/self/stat", "rb") as f:
+                start = f.read().rpartition(b")")[2].split()[19].decode("ascii")
+        except (OSError, IndexError):
+            start = "-"
         with open(os.path.join(run, b"pid"), "w") as f:
-            f.write("%d\n" % os.getpid())
+            f.write("%d %s\n" % (os.getpid(), start))
     except OSError as exc:
         fail(b"run directory: " + str(exc).encode("utf-8", "replace"))
     keep = {}

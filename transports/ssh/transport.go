@@ -34,8 +34,14 @@ var launchSource string
 var controlSource string
 
 // kernelScript is the kernel's fixed command: the interpreter's path on stdin's first
-// line, then the start block (launch.py), then the frames.
+// line, the run id on the second, then the start block (launch.py), then the frames.
+// The run id is exported before the exec, so the kernel's own environment (its
+// /proc/<pid>/environ, which later changes to os.environ do not touch) carries the
+// run's marker from its first instruction on, as everything it starts does.
 var kernelScript = `IFS= read -r py || exit 2
+IFS= read -r run || exit 2
+case "$run" in ''|.*|*[!A-Za-z0-9._-]*) exit 2 ;; esac
+export KENNEL_REMOTE_RUN="$run"
 export MALLOC_MMAP_THRESHOLD_=33554432
 exec "$py" -I -S -c ` + shQuote(strings.ReplaceAll(images.PythonProgram(launchSource), "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))+
 	"\n"+bootProgram())
@@ -108,7 +114,11 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
-	c, target, err := t.hosts.Client(ctx, t.opts.Target)
+	target, err := t.hosts.Resolve(t.opts.Target)
+	if err != nil {
+		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+	}
+	hc, err := t.hosts.connFor(ctx, target)
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
@@ -125,8 +135,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w: %w", spec.SessionID, err, ErrInvalidSpec)
 	}
-	preamble := append([]byte(python+"\n"), block...)
-	k, err := startKernel(ctx, c, kernelConfig{
+	preamble := append([]byte(python+"\n"+runID+"\n"), block...)
+	k, err := startKernel(ctx, hc, kernelConfig{
 		hosts:      t.hosts,
 		target:     target,
 		python:     p.PythonPath,

@@ -1,7 +1,8 @@
 """Start-up of the kennel kernel: the hello frame first, everything else after.
 
 This module imports nothing beyond what the interpreter has loaded at start (``os``,
-``sys``), so the ``hello`` frame goes out about as fast as ``python -I -S -c pass`` ends.
+``sys``, the built-in ``_signal``), so the ``hello`` frame goes out about as fast as
+``python -I -S -c pass`` ends.
 The rest of the stub (json, threading, subprocess) is imported after the hello.
 
 The hello is formatted by hand: every value in it is an int or a string checked to be
@@ -31,15 +32,34 @@ def _write_all(fd, data):
         view = view[written:]
 
 
+def _ignore(signum, frame):
+    pass
+
+
+def _catch_term():
+    """Catch SIGTERM from now on: the interpreter's C handler writes the signal's number
+    into a pipe (its wakeup fd) that the kernel's signal thread reads once it runs, so a
+    TERM that comes before then is kept, neither lost nor left to the default action.
+    Returns the pipe's read end (not inherited by children)."""
+    import _signal  # built in, loaded at start: no import cost
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    _signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    _signal.signal(_signal.SIGTERM, _ignore)
+    return r
+
+
 class Boot:
     """The descriptors start-up made, handed to the kernel proper.
 
     frames_in and frames_out are private duplicates of the original stdin and stdout:
     the frame channel. diag is the original stderr, for a fatal error of the stub itself.
-    out_r and err_r are the read ends of the pipes fds 1 and 2 now point at.
+    out_r and err_r are the read ends of the pipes fds 1 and 2 now point at. signals is
+    the read end of the signal wakeup pipe (see _catch_term).
     """
 
-    __slots__ = ("frames_in", "frames_out", "diag", "out_r", "err_r", "pid", "pgid")
+    __slots__ = ("frames_in", "frames_out", "diag", "out_r", "err_r", "pid", "pgid", "signals")
 
 
 def main():
@@ -68,6 +88,8 @@ def main():
     os.dup2(err_w, 2)
     os.close(out_w)
     os.close(err_w)
+    # From the hello on, a SIGTERM ends the kernel through its signal thread (exit 143).
+    boot.signals = _catch_term()
     version = sys.version_info
     hello = (
         '{"event":"hello","id":"","protocol":1,"pid":%d,"pgid":%d,'

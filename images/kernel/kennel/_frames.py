@@ -114,6 +114,17 @@ class Writer:
                     if kernel.running is not None:
                         raise KeyboardInterrupt
 
+    def seal(self, timeout):
+        """Drop every later write (the process is about to exit). Waits up to ``timeout``
+        seconds for a write in progress, so the stream ends on a frame boundary; returns
+        False when one was still in progress (its frame may be cut by the exit)."""
+        if not self._lock.acquire(timeout=timeout):
+            self._broken = True
+            return False
+        self._broken = True
+        self._lock.release()
+        return True
+
     def frame(self, event, frame_id, fields=()):
         """Encode and write a frame; see encode and write."""
         return self.write(encode(event, frame_id, fields))

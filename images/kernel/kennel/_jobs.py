@@ -38,10 +38,10 @@ def _group_alive(pgid):
     return True
 
 
-def _open_fifos(writer, job_id, stdout, stderr):
-    """Open the job's FIFOs for writing: (stdout fd, stderr fd), or None (with a log) when
-    either is not a string or cannot be opened now. A FIFO nobody reads is refused at once
-    (ENXIO) rather than waited for; the fds are blocking once open."""
+def _open_fifos(job_id, stdout, stderr):
+    """Open the job's FIFOs for writing: ((stdout fd, stderr fd), None), or (None, why)
+    when either is not a string or cannot be opened now. A FIFO nobody reads is refused at
+    once (ENXIO) rather than waited for; the fds are blocking once open."""
     fds = []
     try:
         for path in (stdout, stderr):
@@ -55,14 +55,14 @@ def _open_fifos(writer, job_id, stdout, stderr):
     except (OSError, ValueError) as exc:
         for fd in fds:
             os.close(fd)
-        writer.log("warning", "job_run %r: output through frames: %s" % (job_id, exc))
-        return None
-    return tuple(fds)
+        return None, "job_run %r: output through frames: %s" % (job_id, exc)
+    return tuple(fds), None
 
 
 class Job:
     __slots__ = (
-        "id", "proc", "pgid", "command", "killed", "ended", "wake_r", "wake_w", "thread", "pidfd",
+        "id", "proc", "pgid", "command", "killed", "stopping", "ended", "finished",
+        "wake_r", "wake_w", "thread", "pidfd",
     )
 
     def __init__(self, job_id, proc, command):
@@ -71,7 +71,13 @@ class Job:
         self.pgid = proc.pid  # start_new_session: the job leads its own group
         self.command = command
         self.killed = False
+        # Whether the kernel's end has TERMed the job (once, whichever end came first).
+        self.stopping = False
+        # ended: reaped and out of the table (under Jobs._lock); finished: its job_end
+        # has been written (or its thread gave up).
         self.ended = False
+        self.finished = threading.Event()
+        self.thread = None
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.pidfd = None
@@ -104,54 +110,73 @@ class Jobs:
 
     def run(self, job_id, command, stdout=None, stderr=None):
         """Start job ``job_id`` (from a ``job_run`` frame); ``stdout`` and ``stderr``, when
-        given, are the paths of the FIFOs the job writes to."""
+        given, are the paths of the FIFOs the job writes to.
+
+        The job is started and registered under the lock (so an end that begins meanwhile
+        sees it); its frames are written after the lock is released, so a frame channel
+        nobody reads never holds the lock."""
         writer = self._kernel.writer
         if not isinstance(command, str):
             writer.log("error", "job_run %r: command must be a string" % (job_id,))
             writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
             return
+        notes = []  # (level, message) to log once the lock is released
+        failed = False
+        job = None
         with self._lock:
             if self._closed:
-                writer.log("warning", "job_run %r: the kernel is shutting down" % (job_id,))
-                return
-            if job_id in self._jobs:
-                writer.log("error", "job_run %r: a job with this id is running" % (job_id,))
-                return
-            fifos = None
-            if stdout is not None or stderr is not None:
-                fifos = _open_fifos(writer, job_id, stdout, stderr)
-            out, err = fifos if fifos is not None else (subprocess.PIPE, subprocess.PIPE)
-            try:
-                proc = subprocess.Popen(
-                    ["/bin/sh", "-c", command],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                    bufsize=0,
-                )
-                for stream in (proc.stdout, proc.stderr):
-                    if stream is not None:
-                        _frames.widen_pipe(stream.fileno())
-            except (OSError, ValueError) as exc:
-                writer.log("error", "job_run %r: cannot start: %s" % (job_id, exc))
-                writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
-                return
-            finally:
-                for fd in fifos or ():
-                    os.close(fd)
-            job = Job(job_id, proc, command)
-            self._jobs[job_id] = job
+                notes.append(("warning", "job_run %r: the kernel is shutting down" % (job_id,)))
+            elif job_id in self._jobs:
+                notes.append(("error", "job_run %r: a job with this id is running" % (job_id,)))
+            else:
+                job, failed = self._start(job_id, command, stdout, stderr, notes)
+        for level, message in notes:
+            writer.log(level, message)
+        if failed:
+            writer.frame("job_end", job_id, (("exit_code", None), ("signal", None)))
+        if job is None:
+            return
+        try:
             writer.frame(
                 "job_start",
                 job_id,
-                (("pid", proc.pid), ("pgid", job.pgid), ("command", command)),
+                (("pid", job.proc.pid), ("pgid", job.pgid), ("command", command)),
             )
-            job.thread = threading.Thread(
-                target=self._serve, args=(job,), name="kennel-job", daemon=True
+        finally:
+            job.thread.start()  # whatever the write did: the job must end
+
+    def _start(self, job_id, command, stdout, stderr, notes):
+        """Start and register a job; the caller holds the lock. Returns (job or None,
+        whether the start failed)."""
+        fifos = None
+        if stdout is not None or stderr is not None:
+            fifos, why = _open_fifos(job_id, stdout, stderr)
+            if why is not None:
+                notes.append(("warning", why))
+        out, err = fifos if fifos is not None else (subprocess.PIPE, subprocess.PIPE)
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+                bufsize=0,
             )
-            job.thread.start()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    _frames.widen_pipe(stream.fileno())
+        except (OSError, ValueError) as exc:
+            notes.append(("error", "job_run %r: cannot start: %s" % (job_id, exc)))
+            return None, True
+        finally:
+            for fd in fifos or ():
+                os.close(fd)
+        job = Job(job_id, proc, command)
+        job.thread = threading.Thread(target=self._serve, args=(job,), name="kennel-job", daemon=True)
+        self._jobs[job_id] = job
+        return job, False
 
     def kill(self, job_id, signum):
         """Signal job ``job_id``'s whole process group (from a ``job_kill`` frame)."""
@@ -168,47 +193,61 @@ class Jobs:
             return
         self._signal(job, signum)
 
-    def _signal(self, job, signum):
-        job.killed = True
-        try:
-            os.killpg(job.pgid, signum)
-        except ProcessLookupError:
-            pass
-        except OSError as exc:
-            self._kernel.writer.log("error", "job_kill %r: %s" % (job.id, exc))
+    def _signal(self, job, signum, stop=False, quiet=False):
+        """Signal job's group unless it has ended (its group may be gone, its pgid reused).
+        ``stop``: the kernel's end TERMs it; it does so once, whichever end comes first.
+        ``quiet``: a failure is not logged (a log frame could block on the channel)."""
+        failure = None
         with self._lock:
-            if not job.ended:
-                job.wake()
+            if job.ended or (stop and job.stopping):
+                return
+            if stop:
+                job.stopping = True
+            job.killed = True
+            try:
+                os.killpg(job.pgid, signum)
+            except ProcessLookupError:
+                pass
+            except OSError as exc:
+                failure = exc
+            job.wake()
+        if failure is not None and not quiet:
+            self._kernel.writer.log("error", "job_kill %r: %s" % (job.id, failure))
 
-    def stop_all(self, grace=1.0):
+    def stop_all(self, grace=1.0, settle=None, quiet=False):
         """Shut down: no new jobs; TERM every job's group, KILL what is left after
-        ``grace`` seconds, and wait (briefly) for their job_end frames."""
+        ``grace`` seconds, then wait up to ``settle`` seconds (default ``grace``) for
+        their job_end frames. Safe to call again while a call runs (a SIGTERM over a
+        graceful end): a group is TERMed once, KILLed by either call.
+
+        It waits on events only, never on a frame write or a lock one may hold; with
+        ``quiet`` it writes no frame either, so it ends within ``grace + settle`` seconds
+        whatever the frame channel does."""
         with self._lock:
             self._closed = True
             jobs = list(self._jobs.values())
         for job in jobs:
-            self._signal(job, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for job in jobs:
-            job.thread.join(max(0.0, deadline - time.monotonic()))
-        left = [job for job in jobs if job.thread.is_alive()]
+            self._signal(job, signal.SIGTERM, stop=True, quiet=quiet)
+        _wait_finished(jobs, grace)
+        left = [job for job in jobs if not job.finished.is_set()]
         for job in left:
-            self._signal(job, signal.SIGKILL)
-        deadline = time.monotonic() + grace
-        for job in left:
-            job.thread.join(max(0.0, deadline - time.monotonic()))
+            self._signal(job, signal.SIGKILL, quiet=quiet)
+        _wait_finished(left, grace if settle is None else settle)
 
     def _serve(self, job):
         try:
-            self._pump(job)
-        except BaseException as exc:  # keep the one job_end promise
-            self._kernel.writer.log("error", "job %r: %r" % (job.id, exc))
             try:
-                os.killpg(job.pgid, signal.SIGKILL)
-                job.proc.wait(1.0)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self._end(job, job.proc.returncode)
+                self._pump(job)
+            except BaseException as exc:  # keep the one job_end promise
+                self._kernel.writer.log("error", "job %r: %r" % (job.id, exc))
+                try:
+                    os.killpg(job.pgid, signal.SIGKILL)
+                    job.proc.wait(1.0)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._end(job, job.proc.returncode)
+        finally:
+            job.finished.set()
 
     def _pump(self, job):
         writer = self._kernel.writer
@@ -283,3 +322,11 @@ class Jobs:
         self._kernel.writer.frame(
             "job_end", job.id, (("exit_code", exit_code), ("signal", signum))
         )
+
+
+def _wait_finished(jobs, timeout):
+    """Wait until every job in jobs has finished, or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    for job in jobs:
+        if not job.finished.wait(max(0.0, deadline - time.monotonic())):
+            return

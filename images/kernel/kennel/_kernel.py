@@ -323,7 +323,7 @@ class Kernel:
         sys.stderr = _capture.StreamWriter(self, "stderr", 2)
         sys.stdin = open(os.devnull, "r")
         signal.signal(signal.SIGINT, self._on_sigint)
-        _lifetime.SignalWatch(self._on_term).start()
+        _lifetime.SignalWatch(self.boot.signals, self._on_term).start()
         try:
             pid = _lifetime.owner_pid(os.environ)
         except ValueError:
@@ -342,7 +342,7 @@ class Kernel:
         self.life.begin(reason)
 
     def _on_term(self):
-        self.life.begin("SIGTERM", grace=0.0, exit_code=143)
+        self.life.terminate("SIGTERM")
 
 
 def _site(environ):

@@ -1,10 +1,17 @@
 """The kernel's end: stdin EOF, ``shutdown``, its owner's death, or SIGTERM.
 
-Every end runs the same steps once: fail pending host requests, start no more cells,
-end every job's process group (TERM, then KILL after 1 s), and exit 0 as soon as the main
-thread is free. A cell that holds the main thread does not hold the process: it exits
-``grace`` seconds after the end began regardless (KENNEL_KERNEL_EOF_GRACE, default 30).
-SIGTERM runs the same steps with no grace and exits 143.
+A graceful end (EOF, shutdown, owner death) runs these steps once: fail pending host
+requests, start no more cells, end every job's process group (TERM, then KILL after 1 s),
+and exit 0 as soon as the main thread is free. A cell that holds the main thread does not
+hold the process: it exits ``grace`` seconds after the end began regardless
+(KENNEL_KERNEL_EOF_GRACE, default 30).
+
+SIGTERM ends the kernel now, whatever it is doing, a graceful end under way included: the
+same steps (those not yet run), no grace for a cell, and exit 143 once the jobs' groups
+are gone or KILLed (about 1 s at most). It waits on no frame write and no lock a frame
+write may hold, so a host that stopped reading cannot hold it. A cell inside one C call
+that keeps the GIL (no bytecode runs) holds it until the call returns; the host's KILL is
+the backstop.
 """
 
 import os
@@ -34,34 +41,58 @@ def grace_from_env(environ, log):
     return value
 
 
+# How long a SIGTERM end waits, after KILLing the jobs left, for their job_end frames.
+TERM_SETTLE = 0.25
+# How long an exit waits for a frame write in progress, so the stream ends whole.
+EXIT_SEAL = 0.25
+
+
 class Lifetime:
-    """Runs the kernel's end once, from whichever thread sees it first."""
+    """Runs the kernel's end once, from whichever thread sees it first; a SIGTERM runs
+    after (or over) a graceful end already under way."""
 
     def __init__(self, kernel, grace):
         self._kernel = kernel
         self.grace = grace
         self._lock = threading.Lock()
         self.closing = False
+        self._terminating = False
         self._jobs_stopped = threading.Event()
         self._main_free = threading.Event()
 
-    def begin(self, reason, grace=None, exit_code=0):
-        """End the kernel; returns only if another thread already began the end."""
+    def begin(self, reason, grace=None):
+        """End the kernel gracefully (exit 0); returns only if its end already began."""
         with self._lock:
             if self.closing:
                 return
             self.closing = True
         if grace is None:
             grace = self.grace
-        kernel = self._kernel
         deadline = time.monotonic() + grace
+        self._refuse_work()
+        self._kernel.jobs.stop_all()
+        self._jobs_stopped.set()
+        self._main_free.wait(max(0.0, deadline - time.monotonic()))
+        self._exit(0)
+
+    def terminate(self, reason):
+        """End the kernel now (SIGTERM) and exit 143, whatever end is under way; returns
+        only if a terminate already runs."""
+        with self._lock:
+            if self._terminating:
+                return
+            self._terminating = True
+            began = self.closing
+            self.closing = True
+        if not began:
+            self._refuse_work()
+        self._kernel.jobs.stop_all(settle=TERM_SETTLE, quiet=True)
+        self._exit(143)
+
+    def _refuse_work(self):
+        kernel = self._kernel
         kernel.host.close()
         kernel.post(None)
-        kernel.jobs.stop_all()
-        self._jobs_stopped.set()
-        if exit_code == 0:
-            self._main_free.wait(max(0.0, deadline - time.monotonic()))
-        os._exit(exit_code)
 
     def main_free(self):
         """Called by the main thread when it has no more cells to run: exits once the jobs
@@ -69,7 +100,12 @@ class Lifetime:
         self._jobs_stopped.wait()
         self._kernel.drain_output("")
         self._main_free.set()
-        os._exit(0)
+        self._exit(0)
+
+    def _exit(self, code):
+        # A graceful exit after a SIGTERM came has stopped the jobs too: it exits 143.
+        self._kernel.writer.seal(EXIT_SEAL)
+        os._exit(143 if self._terminating else code)
 
 
 def _proc_stat(pid):
@@ -138,21 +174,22 @@ def owner_pid(environ):
 
 
 class SignalWatch:
-    """Turns SIGTERM into an orderly end: a thread reads Python's signal wakeup fd."""
+    """Turns SIGTERM into an orderly end: a thread reads Python's signal wakeup fd, the
+    pipe _boot made when it began to catch SIGTERM (a TERM since then is in it)."""
 
-    def __init__(self, on_term):
+    def __init__(self, fd, on_term):
+        self._r = fd
         self._on_term = on_term
-        self._r, w = os.pipe()
-        os.set_blocking(w, False)
-        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
 
     def start(self):
         threading.Thread(target=self._loop, name="kennel-signals", daemon=True).start()
 
     def _loop(self):
         while True:
-            data = os.read(self._r, 64)
+            try:
+                data = os.read(self._r, 64)
+            except InterruptedError:
+                continue
             if not data:
                 return
             if signal.SIGTERM in data:

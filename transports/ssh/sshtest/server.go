@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kennel-dev/kennel/internal/procfs"
 )
 
 // Alias is the Host name ConfigFile gives the server.
@@ -51,6 +53,9 @@ type Server struct {
 	ConfigFile string
 	// Dir is the temporary directory holding all of the above.
 	Dir string
+	// SSHDPID is the pid of the listening sshd: every connection is served by a child of
+	// it (see SessionProcess).
+	SSHDPID int
 
 	conns atomic.Int64
 }
@@ -158,6 +163,8 @@ func Start(t testing.TB) *Server {
 			t.Fatalf("sshtest: sshd did not start:\n%s", logBuf.String())
 		}
 	}
+	// unshare and sh exec: the process started is the listening sshd itself.
+	s.SSHDPID = cmd.Process.Pid
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -311,6 +318,23 @@ func (s *Server) Run(t testing.TB, command string) string {
 		}
 	}
 	return out.String()
+}
+
+// SessionProcess returns the sshd child serving the connection that runs pid: the
+// ancestor of pid (or pid itself) whose parent is the listening sshd. A test stops or
+// kills it to freeze or drop that one connection while sshd goes on accepting others.
+func (s *Server) SessionProcess(pid int) (int, error) {
+	for p, hops := pid, 0; p > 1 && hops < 64; hops++ {
+		st, err := procfs.Read(p)
+		if err != nil {
+			return 0, fmt.Errorf("sshtest: session process of %d: %w", pid, err)
+		}
+		if st.PPID == s.SSHDPID {
+			return p, nil
+		}
+		p = st.PPID
+	}
+	return 0, fmt.Errorf("sshtest: process %d is not served by sshd %d", pid, s.SSHDPID)
 }
 
 func fileExists(p string) bool {

@@ -1,0 +1,76 @@
+package docker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/transporttest"
+)
+
+// TestKillRemovesContainerWithinGrace: Kill's graceful stages end a container kernel
+// and remove its container before Kill returns: an idle kernel at stdin EOF (exit 0,
+// well within the stdin grace), one whose cell holds the main thread at the stop
+// stage's SIGTERM (exit 143, long before the SIGKILL of a 20 s stop grace).
+func TestKillRemovesContainerWithinGrace(t *testing.T) {
+	cli := engine(t)
+	const stdinGrace, stopGrace = 5 * time.Second, 20 * time.Second
+	tr := newTransport(t, cli, docker.Options{StdinGrace: stdinGrace, StopGrace: stopGrace})
+	cases := []struct {
+		name  string
+		cell  string // sent and left running before Kill; "" for none
+		code  int
+		bound time.Duration
+	}{
+		{"idle", "", 0, stdinGrace},
+		{"busy cell", "import time\nprint('holding', flush=True)\ntime.sleep(600)", 143, stdinGrace + stopGrace/2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k, cl := transporttest.Start(t, tr, transports.Spec{Dir: "/tmp"})
+			if c.cell != "" {
+				if _, err := cl.Send(c.cell); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					f, err := cl.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if strings.Contains(string(f.Raw), "holding") {
+						break
+					}
+				}
+			}
+			go func() { _ = cl.End(time.Minute) }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			start := time.Now()
+			if err := k.Kill(ctx); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			_, err := cli.ContainerInspect(context.Background(), k.Info().ID, client.ContainerInspectOptions{})
+			exit, werr := k.Wait()
+			t.Logf("Kill returned in %v: %+v", took, exit)
+			if !cerrdefs.IsNotFound(err) {
+				t.Errorf("the container after Kill returned: inspect %v, want it removed", err)
+			}
+			if werr != nil {
+				t.Errorf("wait: %v", werr)
+			}
+			if exit.Code != c.code || exit.OOM || !exit.Killed {
+				t.Errorf("exit %+v, want code %d, killed", exit, c.code)
+			}
+			if took > c.bound {
+				t.Errorf("Kill took %v, want under %v", took, c.bound)
+			}
+		})
+	}
+}
