@@ -22,7 +22,18 @@
 //
 // Every error a Server returns has a Code method giving its protocol code: invalid,
 // unserved, outside, read_only, not_found, binary, no_match, ambiguous, loop, and for
-// rarer host conditions exists, cross_device, changed, denied, too_large and internal.
+// rarer host conditions exists, cross_device, changed, denied, no_space (a full file
+// system or used-up quota on fs.write or fs.edit: the file keeps its old content),
+// too_large and internal.
+//
+// Files and directories fs.write and fs.edit create belong to the path map's Owner
+// (pathmap.Config.Owner): set it to the uid:gid the kernel's transport runs it as, and
+// what the host writes for the kernel is owned like what the kernel writes itself. A
+// replaced file keeps its own owner and mode. Nil leaves them the controller's.
+//
+//	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: mounts, Owner: &pathmap.Owner{UID: 10001, GID: 10001}})
+//	if err != nil { ... } // ErrDenied: kennel cannot chown (not root, no CAP_CHOWN)
+//	srv := fshost.New(m, fshost.Options{})
 //
 // Replies are bounded (Options): fs.read returns at most 50 KiB and 2000 lines, saying
 // whether it was cut and how many lines the file has; fs.grep at most 1000 matches and

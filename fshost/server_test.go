@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/protocol"
 )
 
 // env is a session with two mounts: /work (read-write) and /ro (read-only), and a
@@ -203,4 +204,20 @@ func listTree(t testing.TB, dir string) string {
 		return nil
 	}))
 	return b.String()
+}
+
+// Every code a Server's errors can carry is a code of the protocol: a code the protocol
+// does not know would reach the kernel as internal.
+func TestEveryCodeIsAProtocolCode(t *testing.T) {
+	sentinels := []error{
+		pathmap.ErrOutside, pathmap.ErrReadOnly, pathmap.ErrNotFound, pathmap.ErrLoop, pathmap.ErrInvalid,
+		pathmap.ErrExists, pathmap.ErrCrossDevice, pathmap.ErrChanged, pathmap.ErrDenied, pathmap.ErrNoSpace,
+		pathmap.ErrInternal, ErrUnserved, ErrBinary, ErrNoMatch, ErrAmbiguous, ErrTooLarge,
+	}
+	for _, s := range sentinels {
+		c := s.(interface{ Code() string }).Code()
+		if !protocol.Code(c).Valid() {
+			t.Errorf("%v has code %q, which is not a protocol code", s, c)
+		}
+	}
 }

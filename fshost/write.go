@@ -31,8 +31,11 @@ type WriteResult struct {
 }
 
 // Write serves fs.write: the whole file replaced atomically (pathmap.Target.WriteFile),
-// parent directories created, an existing file's mode kept. A read-only mount refuses
-// with reason read_only and nothing is written.
+// parent directories created, an existing file's mode and owner kept; a new file and
+// the directories made for it belong to the path map's Owner (pathmap.Config.Owner).
+// A read-only mount refuses with reason read_only and nothing is written. A full file
+// system or used-up quota answers code no_space naming the path: the file keeps its old
+// content and no partial file or new directory is left.
 func (s *Server) Write(ctx context.Context, a WriteArgs) (*WriteResult, error) {
 	if a.Path == "" {
 		return nil, fail(TypeWrite, "", ErrInvalid, "path is required")
@@ -98,9 +101,11 @@ type EditResult struct {
 // involved is writable, the file is text, each edit's old text occurs exactly once in the
 // text the previous edits left (else ErrNoMatch or ErrAmbiguous, naming the edit), and
 // the moves make sense in order (each source exists or was made by an earlier move, each
-// destination is free). Then the new text is written atomically and the moves are done
-// one by one (pathmap.Rename). Only a move that fails in that second phase (the tree
-// changed meanwhile) can leave the edit half done; the error says which move failed.
+// destination is free). Then the new text is written atomically, as fs.write writes
+// (owner and mode kept; no_space on a full disk, with nothing changed), and the moves are
+// done one by one (pathmap.Rename; the directories they make belong to the path map's
+// Owner). Only a move that fails in that second phase (the tree changed meanwhile, the
+// disk filled) can leave the edit half done; the error says which move failed.
 func (s *Server) Edit(ctx context.Context, a EditArgs) (*EditResult, error) {
 	const op = TypeEdit
 	if len(a.Edits) == 0 && len(a.Moves) == 0 {

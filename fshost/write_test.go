@@ -1,8 +1,17 @@
 package fshost
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/kennel-dev/kennel/pathmap"
+	"golang.org/x/sys/unix"
 )
 
 func TestWrite(t *testing.T) {
@@ -110,5 +119,95 @@ func TestEdit(t *testing.T) {
 	must(t, e.call(t, "fs.edit", `{"moves": [{"from": "link", "to": "link2"}]}`, &r))
 	if l, err := os.Readlink(e.work + "/link2"); err != nil || l != "f.go" {
 		t.Fatalf("link moved as %q, %v", l, err)
+	}
+}
+
+// need skips the test, or fails it under CI=true, when what it needs is missing.
+func need(t testing.TB, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s needed under CI=true", what)
+	}
+	t.Skipf("%s needed", what)
+}
+
+// workEnv is a session whose only mount, /work, is the host directory dir, with the
+// path map's owner o (nil: the controller's own).
+func workEnv(t testing.TB, dir string, o *pathmap.Owner) *env {
+	t.Helper()
+	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: []pathmap.Mount{{Sandbox: "/work", Host: dir}}, Owner: o})
+	must(t, err)
+	t.Cleanup(func() { m.Close() })
+	return &env{root: dir, work: dir, m: m, s: New(m, Options{})}
+}
+
+// A write on a full file system (a real 1 MiB tmpfs) answers no_space naming the sandbox
+// path, leaves the old content and no temporary file.
+func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
+	need(t, os.Geteuid() == 0, "root, to mount a tmpfs")
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	err = unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755")
+	need(t, err == nil, fmt.Sprintf("mount -t tmpfs (%v)", err))
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	buildTree(t, dir, "file old: old content\n")
+	f, err := os.Create(dir + "/fill")
+	must(t, err)
+	for err == nil {
+		_, err = f.Write(make([]byte, 64<<10))
+	}
+	f.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
+	}
+	e := workEnv(t, dir, nil)
+	before := listTree(t, dir)
+	big := strings.Repeat("new content\n", 20000)
+	for _, r := range []struct{ typ, args, path string }{
+		{"fs.write", `{"path": "old", "content": "` + big[:len(big)-1] + `"}`, "/work/old"},
+		{"fs.write", `{"path": "new/dir/file", "content": "` + big[:len(big)-1] + `"}`, "/work/new/dir/file"},
+		{"fs.edit", `{"path": "old", "edits": [{"old": "old", "new": "` + big[:len(big)-1] + `"}]}`, "/work/old"},
+	} {
+		r.args = strings.ReplaceAll(r.args, "\n", `\n`)
+		err := e.call(t, r.typ, r.args, nil)
+		info := Describe(err)
+		if info.Code != "no_space" || !strings.Contains(info.Message, strconv.Quote(r.path)) || !strings.Contains(info.Message, "disk full") {
+			t.Errorf("%s %s on a full disk: %+v; want code no_space naming %q and a full disk", r.typ, r.path, info, r.path)
+		}
+		if strings.Contains(info.Message, dir) {
+			t.Errorf("%s: message %q names a host path", r.typ, info.Message)
+		}
+	}
+	if after := listTree(t, dir); after != before {
+		t.Fatalf("a failed write changed the tree")
+	}
+	if s := listTree(t, dir); strings.Contains(s, ".kennel-tmp-") {
+		t.Fatalf("temporary file left:\n%s", s)
+	}
+}
+
+// With an owner in the path map, the files and directories fs.write and fs.edit create
+// belong to it (as the files a kernel running as that uid writes itself).
+func TestWriteGivesWhatItCreatesToTheOwner(t *testing.T) {
+	need(t, os.Geteuid() == 0, "root, to give files to another uid")
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	must(t, err)
+	buildTree(t, dir, "file g: g\n")
+	e := workEnv(t, dir, &pathmap.Owner{UID: 65534, GID: 65534})
+	must(t, e.call(t, "fs.write", `{"path": "new/dir/file", "content": "x"}`, nil))
+	must(t, e.call(t, "fs.edit", `{"moves": [{"from": "g", "to": "made/g"}]}`, nil))
+	for p, want := range map[string]uint32{"new": 65534, "new/dir": 65534, "new/dir/file": 65534, "made": 65534, "made/g": 0, ".": 0} {
+		var st unix.Stat_t
+		must(t, unix.Lstat(dir+"/"+p, &st))
+		if st.Uid != want || st.Gid != want {
+			t.Errorf("%s is owned by %d:%d; want %d:%d", p, st.Uid, st.Gid, want, want)
+		}
 	}
 }

@@ -21,7 +21,9 @@
 // mount, relative to the sandbox home ("~", "~user/x"), or whose walk on the host disk
 // leaves the mounts is refused with reason "outside" and version "transport@1"
 // (ErrOutside); a write below a read-only mount with "read_only" (ErrReadOnly). On a
-// refusal nothing was opened, read or written.
+// refusal nothing was opened, read or written. A write that finds the file system full
+// or a quota used up fails with "no_space" (ErrNoSpace) and, like every failed write,
+// leaves the old content and no partial file or new directory.
 //
 // "Outside" is decided on the host disk, not only on the names: Resolve walks the path one
 // component at a time beneath the O_PATH descriptor of a mount's resolved root, reads every
@@ -38,7 +40,8 @@
 // open fail (ErrChanged; Map.Open resolves again a few times) instead of escaping, and a
 // /proc magic link (/proc/self/root, /proc/<pid>/fd/N) is never crossed. Directories are
 // created one mkdirat at a time beneath their parent's descriptor, and renames act on
-// parent directory descriptors.
+// parent directory descriptors. Ownership is given with fchown on descriptors, never
+// by name (see Ownership).
 //
 // What the mechanism cannot promise, in the spirit of filepath-securejoin's caveats:
 //
@@ -54,6 +57,24 @@
 //   - A regular file swapped for a FIFO or a device between a walk and an open is opened
 //     non-blocking and refused without being read; opening a device can still have the
 //     device's own side effects.
+//   - A directory made for a write is given to the Owner through the descriptor opened
+//     after its mkdirat; no call makes and opens a directory at once, so a rename can put
+//     another directory of the mount there in between. One that is not empty then is
+//     refused (ErrChanged) and not handed over; an empty one swapped in is handed over
+//     (whoever could move it there could as well have removed it and made their own).
+//
+// # Ownership
+//
+// With Config.Owner set, every file and directory the Map creates (WriteFile, Rename's
+// parent directories) belongs to that uid:gid, given before the file is renamed into
+// place, so it never appears under another owner. A replaced file keeps its own owner
+// and mode: the atomic replace puts a new inode in its place, and keeping them makes it
+// look like an in-place write (the operator's file stays the operator's). Owner needs
+// CAP_CHOWN unless it is the controller's own uid and one of its groups: New refuses it
+// otherwise (ErrDenied), and a chown that still fails fails the write. Nil Owner leaves
+// new files the controller's, as a root controller's are root's.
+//
+//	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: mounts, Owner: &pathmap.Owner{UID: 10001, GID: 10001}})
 //
 // # Hard links
 //

@@ -40,8 +40,12 @@ var (
 	// ErrChanged: the path kept changing between its check and its use (a symlink was
 	// swapped in), so it was not used.
 	ErrChanged error = &codeError{"changed", "path changed while in use"}
-	// ErrDenied: the host refused access (EACCES, EPERM).
+	// ErrDenied: the host refused access (EACCES, EPERM), or a new file or directory
+	// could not be given to the Map's Owner (then nothing was written).
 	ErrDenied error = &codeError{"denied", "permission denied"}
+	// ErrNoSpace: the host's file system is full, or a disk quota is used up (ENOSPC,
+	// EDQUOT). A write that meets it leaves the old content and no partial file.
+	ErrNoSpace error = &codeError{"no_space", "disk full or quota exceeded"}
 	// ErrInternal: any other host failure (I/O errors, out of descriptors, ...).
 	ErrInternal error = &codeError{"internal", "host file system error"}
 )
@@ -129,6 +133,10 @@ func (d detail) Error() string { return string(d) }
 
 // errnoClass maps an errno from the host to the error class it belongs to.
 func errnoClass(err error) error {
+	var oe *ownerError
+	if errors.As(err, &oe) {
+		return ErrDenied
+	}
 	var errno syscall.Errno
 	if !errors.As(err, &errno) {
 		return ErrInternal
@@ -148,6 +156,8 @@ func errnoClass(err error) error {
 		return ErrExists
 	case syscall.EXDEV:
 		return ErrCrossDevice
+	case syscall.ENOSPC, syscall.EDQUOT:
+		return ErrNoSpace
 	}
 	return ErrInternal
 }

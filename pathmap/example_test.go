@@ -39,3 +39,17 @@ func Example() {
 	// /work/main.py <nil>
 	// outside transport@1 true
 }
+
+// A Docker kernel runs as a uid:gid of its own; the files fs.write creates for it are
+// given to the same owner, so they look like the ones the kernel writes itself.
+func ExampleParseOwner() {
+	o, err := pathmap.ParseOwner("10001:10001") // the transport's user, numeric
+	fmt.Println(o, err)
+	_, err = pathmap.ParseOwner("kernel") // a name would need the image's /etc/passwd
+	fmt.Println(errors.Is(err, pathmap.ErrInvalid))
+	// Then: pathmap.New(pathmap.Config{Dir: dir, Mounts: mounts, Owner: &o}); New fails
+	// with pathmap.ErrDenied when kennel may not chown (not root, no CAP_CHOWN).
+	// Output:
+	// 10001:10001 <nil>
+	// true
+}

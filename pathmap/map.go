@@ -29,6 +29,19 @@ type Config struct {
 	// Mounts lists the shared directories. Nil or empty means the identity map: Dir,
 	// read-write, at its own absolute path inside the sandbox.
 	Mounts []Mount
+	// Owner is the uid:gid that the files and directories the Map creates belong to
+	// (Target.WriteFile, Rename: new files, new parent directories, a file copied
+	// across file systems when its own owner cannot be kept); set it to the uid:gid the
+	// kernel runs as, so they are owned like the files the kernel writes itself. Nil
+	// means the controller's own uid and group (no chown). A file replaced by WriteFile
+	// keeps its own owner and mode either way; existing directories are never changed.
+	//
+	// Another uid:gid than the controller's needs CAP_CHOWN (root has it): without it,
+	// New refuses the Owner with ErrDenied rather than leave files with the wrong
+	// owner. When a chown fails later anyway (an id the file system or user namespace
+	// cannot hold, a privilege dropped since), the write fails with ErrDenied and
+	// leaves nothing.
+	Owner *Owner
 }
 
 // Map maps sandbox paths to host paths and back across a fixed list of mounts, and
@@ -42,6 +55,7 @@ type Map struct {
 	mounts    []*mount          // deepest sandbox path first, then by sandbox path
 	bySandbox map[string]*mount // by cleaned sandbox path
 	dir       string            // sandbox path of Config.Dir
+	owner     *Owner            // Config.Owner (a copy), nil for the controller's own
 }
 
 // mount is a Mount with its resolved root.
@@ -58,17 +72,27 @@ type mount struct {
 // New checks the mounts, opens their roots and returns the Map. Every mount needs absolute
 // paths, an existing host directory and a sandbox path no other mount has. The working
 // directory must lie inside a mount (lexically and once its symlinks are resolved), else
-// New fails with reason outside: the session must not start.
+// New fails with reason outside: the session must not start. An Owner out of range is
+// refused with ErrInvalid, one the process cannot give files to with ErrDenied (see
+// Config.Owner).
 func New(cfg Config) (*Map, error) {
 	if cfg.Dir == "" || !filepath.IsAbs(cfg.Dir) {
 		return nil, newErr("start", cfg.Dir, ErrInvalid, detail("working directory must be an absolute host path"))
+	}
+	var owner *Owner
+	if cfg.Owner != nil {
+		if err := checkOwner(*cfg.Owner); err != nil {
+			return nil, err
+		}
+		o := *cfg.Owner
+		owner = &o
 	}
 	mounts := cfg.Mounts
 	if len(mounts) == 0 {
 		d := filepath.Clean(cfg.Dir)
 		mounts = []Mount{{Sandbox: d, Host: d}}
 	}
-	m := &Map{bySandbox: make(map[string]*mount, len(mounts))}
+	m := &Map{bySandbox: make(map[string]*mount, len(mounts)), owner: owner}
 	ok := false
 	defer func() {
 		if !ok {
@@ -157,6 +181,15 @@ func (m *Map) Close() error {
 		}
 	}
 	return nil
+}
+
+// Owner returns the uid:gid the Map gives the files and directories it creates, and false
+// when they stay the controller's own (Config.Owner nil).
+func (m *Map) Owner() (Owner, bool) {
+	if m.owner == nil {
+		return Owner{}, false
+	}
+	return *m.owner, true
 }
 
 // Dir is the sandbox path of the session's working directory: where the kernel starts,

@@ -14,12 +14,21 @@ import (
 // file beside the target (created O_EXCL beneath the mount's root), is synced, and is
 // renamed over the target, so a reader sees the old content or the new, never a mix.
 // Missing parent directories are created first, one mkdirat at a time beneath the
-// mount's root (mode 0777 less the umask). An existing file keeps its permission bits
-// (set-id bits dropped) and, where the host allows, its owner; a new file gets 0644 less
-// the umask. created reports that the file did not exist.
+// mount's root (mode 0777 less the umask). created reports that the file did not exist.
+//
+// Ownership: a new file (0644 less the umask) and the directories made for it belong to
+// the Map's Owner (Config.Owner), given with fchown on their descriptors before the file
+// is renamed into place; with no Owner, to the controller. A replaced file keeps its
+// permission bits (set-id bits dropped) and its owner: the rename puts a new inode in
+// its place, and keeping the old owner makes the write look like an in-place one (the
+// operator's file stays the operator's, whoever the kernel runs as). Where the host does
+// not allow keeping it (no CAP_CHOWN), the file becomes the Owner's, or with no Owner the
+// controller's, as before.
 //
 // A read-only mount refuses with ErrReadOnly, a directory target with ErrInvalid; nothing
-// is changed then. A failure after the new file was made removes it.
+// is changed then. A failure after anything was made (a full disk: ErrNoSpace; an owner
+// that cannot be given: ErrDenied) removes the new file and the directories made for it,
+// and the target keeps its old content.
 func (t Target) WriteFile(data []byte) (created bool, err error) {
 	const op = "write"
 	switch {
@@ -57,26 +66,35 @@ func (t Target) WriteFile(data []byte) (created bool, err error) {
 	default:
 		return false, newErr(op, t.Sandbox(), ErrInvalid, detail("not a regular file"))
 	}
-	if err := writeNew(dfd, name, data, perm, uid, gid, !created); err != nil {
+	own := fileOwner{keepUID: uid, keepGID: gid, set: t.owner()}
+	if err := writeNew(dfd, name, data, perm, own, !created); err != nil {
 		return false, fromErrno(op, t.Sandbox(), err)
 	}
 	ok = true
 	return created, nil
 }
 
+// owner is the Map's Owner, nil for the controller's own.
+func (t Target) owner() *Owner {
+	if t.m == nil {
+		return nil
+	}
+	return t.m.owner
+}
+
 // writeNew writes data to a fresh temporary file in the directory dfd and renames it to
-// name. With keep, the file gets exactly perm and (best effort) the owner uid:gid.
-func writeNew(dfd int, name string, data []byte, perm uint32, uid, gid int, keep bool) error {
-	return replaceWith(dfd, name, perm, uid, gid, keep, false, func(f *os.File) error {
+// name. The file goes to own; with keep, it gets exactly perm.
+func writeNew(dfd int, name string, data []byte, perm uint32, own fileOwner, keep bool) error {
+	return replaceWith(dfd, name, perm, own, keep, false, func(f *os.File) error {
 		_, err := f.Write(data)
 		return err
 	})
 }
 
-// replaceWith creates a temporary file in dfd, fills it with fill, syncs it and renames
-// it to name (failing if name exists when noReplace). The temporary file is removed on
-// any failure.
-func replaceWith(dfd int, name string, perm uint32, uid, gid int, keep, noReplace bool, fill func(*os.File) error) error {
+// replaceWith creates a temporary file in dfd, fills it with fill, gives it to own,
+// syncs it and renames it to name (failing if name exists when noReplace). With keep
+// the file gets exactly perm. The temporary file is removed on any failure.
+func replaceWith(dfd int, name string, perm uint32, own fileOwner, keep, noReplace bool, fill func(*os.File) error) error {
 	var tmp string
 	var fd int
 	var err error
@@ -99,21 +117,21 @@ func replaceWith(dfd int, name string, perm uint32, uid, gid int, keep, noReplac
 		}
 	}()
 	if err := fill(f); err != nil {
+		return errnoOf(err)
+	}
+	if err := own.give(f); err != nil {
 		return err
 	}
 	if keep {
 		if err := f.Chmod(os.FileMode(perm)); err != nil {
-			return err
-		}
-		if uid >= 0 {
-			_ = f.Chown(uid, gid) // best effort: only a privileged host keeps another owner
+			return errnoOf(err)
 		}
 	}
 	if err := f.Sync(); err != nil {
-		return err
+		return errnoOf(err)
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return errnoOf(err)
 	}
 	if noReplace {
 		err = renameNoReplace(dfd, tmp, dfd, name)
@@ -164,11 +182,13 @@ func (t Target) parentDir(op string, create bool) (fd int, name string, undo fun
 		}
 	}
 	rel := parent
+	owner := t.owner()
 	for _, c := range mk {
 		rel = relJoin(rel, c)
+		fresh := false
 		switch err := unix.Mkdirat(fd, c, 0o777); {
 		case err == nil:
-			made = append(made, rel)
+			made, fresh = append(made, rel), true
 		case err != unix.EEXIST:
 			closeFd(fd)
 			undo()
@@ -179,6 +199,16 @@ func (t Target) parentDir(op string, create bool) (fd int, name string, undo fun
 		if err != nil {
 			undo()
 			return -1, "", func() {}, t.reopenErr(op, err)
+		}
+		if fresh && owner != nil {
+			if err := giveDir(next, *owner); err != nil {
+				closeFd(next)
+				undo()
+				if err == ErrChanged {
+					return -1, "", func() {}, newErr(op, t.Sandbox(), ErrChanged, detail("a directory it made was replaced"))
+				}
+				return -1, "", func() {}, fromErrno(op, t.Sandbox(), err)
+			}
 		}
 		fd = next
 	}
@@ -216,9 +246,12 @@ func renameNoReplace(odir int, oname string, ndir int, nname string) error {
 // Rename moves the entry from to the new name to (both from ResolveEntry): a symlink is
 // moved as itself. Both must be in writable mounts (ErrReadOnly), from must exist and not
 // be a mount's root (ErrNotFound, ErrInvalid), and to must not exist (ErrExists); to's
-// missing parent directories are created. Across file systems (EXDEV) a regular file is
-// copied beside the destination, synced, renamed into place and then removed from its
-// old place; anything else is refused with ErrCrossDevice. Nothing changes on a refusal.
+// missing parent directories are created (and given to the Map's Owner, as WriteFile's
+// are). The entry moves as it is, owner and mode unchanged. Across file systems (EXDEV) a
+// regular file is copied beside the destination (its mode kept, and its owner where the
+// host allows, else the Map's Owner's), synced, renamed into place and then removed from
+// its old place; anything else is refused with ErrCrossDevice. Nothing changes on a
+// refusal.
 func Rename(from, to Target) error {
 	const op = "rename"
 	switch {
@@ -267,7 +300,7 @@ func Rename(from, to Target) error {
 	case err == unix.EEXIST || err == unix.ENOTEMPTY:
 		return newErr(op, to.Sandbox(), ErrExists, nil)
 	case err == unix.EXDEV && fileType(&st) == unix.S_IFREG:
-		if err := copyAcross(fdir, fname, &st, tdir, tname); err != nil {
+		if err := copyAcross(fdir, fname, &st, tdir, tname, to.owner()); err != nil {
 			undo()
 			return fromErrno(op, to.Sandbox(), err)
 		}
@@ -283,8 +316,10 @@ func Rename(from, to Target) error {
 }
 
 // copyAcross copies the regular file fname of fdir (with stat st) to tname in tdir,
-// through a synced temporary file renamed into place without replacing anything.
-func copyAcross(fdir int, fname string, st *unix.Stat_t, tdir int, tname string) error {
+// through a synced temporary file renamed into place without replacing anything. The
+// copy keeps the file's mode and, where the host allows, its owner (else it goes to
+// owner, the Map's Owner, or stays the controller's).
+func copyAcross(fdir int, fname string, st *unix.Stat_t, tdir int, tname string, owner *Owner) error {
 	sfd, err := openat2(fdir, fname, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0, resolveStrict)
 	if err != nil {
 		return err
@@ -298,7 +333,8 @@ func copyAcross(fdir int, fname string, st *unix.Stat_t, tdir int, tname string)
 	if got.Dev != st.Dev || got.Ino != st.Ino || fileType(&got) != unix.S_IFREG {
 		return unix.ENOENT
 	}
-	return replaceWith(tdir, tname, st.Mode&0o777, int(st.Uid), int(st.Gid), true, true, func(f *os.File) error {
+	own := fileOwner{keepUID: int(st.Uid), keepGID: int(st.Gid), set: owner}
+	return replaceWith(tdir, tname, st.Mode&0o777, own, true, true, func(f *os.File) error {
 		_, err := io.Copy(f, src)
 		return err
 	})

@@ -39,6 +39,10 @@ const (
 	CodeChanged Code = "changed"
 	// CodeDenied: the host's own permissions refused the operation.
 	CodeDenied Code = "denied"
+	// CodeNoSpace: a write, edit or move found the host's file system full or a disk
+	// quota used up (ENOSPC, EDQUOT). The file it was writing keeps its old content and
+	// no partial file is left; it may succeed once there is room.
+	CodeNoSpace Code = "no_space"
 	// CodeInternal: the host failed; not the kernel's fault.
 	CodeInternal Code = "internal"
 )
@@ -48,7 +52,7 @@ func Codes() []Code {
 	return []Code{
 		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeInternal,
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeInternal,
 	}
 }
 
@@ -57,7 +61,7 @@ func (c Code) Valid() bool {
 	switch c {
 	case CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeInternal:
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeInternal:
 		return true
 	}
 	return false
