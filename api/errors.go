@@ -27,6 +27,16 @@ const (
 	// CodeOutputRefused: a page read the retained output cannot answer whole (see
 	// ErrorBody.Use for a read that works).
 	CodeOutputRefused Code = "output_refused"
+	// CodeTooLarge: the request body is over its route's limit, or a cell's code would
+	// make a frame over the protocol's line limit (32 MiB); the message names the limit.
+	CodeTooLarge Code = "too_large"
+	// CodeTimeout: the request body did not arrive within the daemon's body timeout.
+	CodeTimeout Code = "timeout"
+	// CodeNoRoute: no route of the API has the request's path (404).
+	CodeNoRoute Code = "no_route"
+	// CodeMethodNotAllowed: the path's routes do not take the request's method (405; the
+	// Allow header lists those they take).
+	CodeMethodNotAllowed Code = "method_not_allowed"
 	// CodeInternal: anything else.
 	CodeInternal Code = "internal"
 )

@@ -1,6 +1,10 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
 
 // MediaNDJSON is the Accept value that asks POST /sessions/{id}/cells to stream the cell's
 // output as newline-delimited JSON Events while it runs.
@@ -21,6 +25,36 @@ type CreateSession struct {
 	// Limits bound the session's output. Nil: the defaults.
 	Limits *Limits `json:"limits,omitempty"`
 }
+
+// NULField names, by its JSON path ("cwd", "transport.argv_prefix[1]",
+// "transport.path_map[0].host"), the first string of c that becomes a path or a program
+// argument and holds a NUL byte, which no path or argument can hold; "" when none does.
+func (c CreateSession) NULField() string {
+	if hasNUL(c.Cwd) {
+		return "cwd"
+	}
+	if t := c.Transport; t != nil {
+		for i, a := range t.ArgvPrefix {
+			if hasNUL(a) {
+				return fmt.Sprintf("transport.argv_prefix[%d]", i)
+			}
+		}
+		if hasNUL(t.Python) {
+			return "transport.python"
+		}
+		for i, m := range t.PathMap {
+			switch {
+			case hasNUL(m.Sandbox):
+				return fmt.Sprintf("transport.path_map[%d].sandbox", i)
+			case hasNUL(m.Host):
+				return fmt.Sprintf("transport.path_map[%d].host", i)
+			}
+		}
+	}
+	return ""
+}
+
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // Transport names a kernel transport and its parameters.
 type Transport struct {
@@ -186,7 +220,10 @@ type JobEnd struct {
 	ExitCode *int `json:"exit_code"`
 	Signal   *int `json:"signal"`
 	Killed   bool `json:"killed"`
-	// Text reads "exit 0", "signal 9 (killed)", "unknown".
+	// Interrupted: a cell job its interrupt ended (KeyboardInterrupt); its kernel goes
+	// on, ExitCode and Signal are null and Killed is false.
+	Interrupted bool `json:"interrupted"`
+	// Text reads "exit 0", "signal 9 (killed)", "interrupted", "unknown".
 	Text string `json:"text"`
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -103,10 +104,14 @@ func (c *cellRun) finish(d *protocol.Done, err error) {
 // Execute runs code as one cell and returns how it ended. Output streams to sink (nil
 // drops it) while the cell runs. A Python exception is a result with Status "error", not an
 // error; an error means the cell could not run to its end (the kernel died, broke the
-// protocol — a *gate.ProtocolFault is then in the chain —, or the session closed).
+// protocol — a *gate.ProtocolFault is then in the chain —, or the session closed) or could
+// not be sent: a cell whose frame is over the line limit is ErrFrameTooLarge, with nothing
+// sent and the kernel untouched.
 //
 // When ctx ends, the cell is interrupted (KeyboardInterrupt in the kernel); if it has not
 // ended after Options.InterruptGrace, its kernel is killed and Execute returns ctx's error.
+// Execute never waits on a kernel that does not read its stdin past that: the kill closes
+// the kernel's stdin and climbs its transport's ladder.
 func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellResult, error) {
 	kc, err := s.kernel(ctx)
 	if err != nil {
@@ -123,14 +128,17 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	kc.cells[id] = c
 	kc.mu.Unlock()
 
-	if err := kc.writeFrame(protocol.Execute{ID: id, Code: code}); err != nil {
-		kc.fail(err)
-		return nil, err
+	if err := kc.writeFrame(ctx, protocol.Execute{ID: id, Code: code}); err != nil {
+		kc.forgetCell(id)
+		if ctx.Err() != nil {
+			kc.stalled(id, err)
+		}
+		return nil, fmt.Errorf("cell %s: %w", id, err)
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		if err := kc.writeFrame(protocol.Interrupt{ID: id}); err != nil {
+		if err := kc.interrupt(id); err != nil {
 			kc.s.log.Debug("interrupt not delivered", "cell", id, "err", err)
 		}
 		t := time.NewTimer(s.opts.InterruptGrace)
@@ -149,4 +157,30 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
 	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error}, nil
+}
+
+// forgetCell drops cell id, which was never sent, from the cells in flight.
+func (kc *kernelConn) forgetCell(id string) {
+	kc.mu.Lock()
+	delete(kc.cells, id)
+	kc.mu.Unlock()
+}
+
+// interrupt queues an interrupt for cell id, waiting for room at most the interrupt grace.
+func (kc *kernelConn) interrupt(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), kc.s.opts.InterruptGrace)
+	defer cancel()
+	return kc.writeFrame(ctx, protocol.Interrupt{ID: id})
+}
+
+// stalled ends a kernel that did not read its stdin while the caller of cell id gave up
+// waiting to send it: a kernel that does not read cannot be interrupted either, so it is
+// killed and the next cell starts a fresh one.
+func (kc *kernelConn) stalled(id string, err error) {
+	if !errors.Is(err, ErrStdinStalled) {
+		return
+	}
+	kc.s.log.Warn("kernel does not read its stdin; killing it", "cell", id)
+	kc.fail(fmt.Errorf("%w: %w", ErrKernelExited, err))
+	go func() { _ = kc.k.Kill(context.Background()) }()
 }

@@ -143,7 +143,7 @@ func TestAFIFOJobWhoseCommandFailsLeaksNoReader(t *testing.T) {
 		t.Fatalf("wait: %#v", w)
 	}
 	readersDone(t, f)
-	left, _ := filepath.Glob(filepath.Join(s.OutputDir(), "kennel-fifo-*"))
+	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "kennel-fifo-*"))
 	if len(left) != 0 {
 		t.Fatalf("FIFOs left: %v", left)
 	}

@@ -76,7 +76,8 @@ func DefaultStateDir() string {
 // record of each job the table still holds.
 type jobSet struct {
 	table     *jobs.Table
-	outputDir string
+	outputDir string     // SaveOutput's files, shared by the sessions of one state directory
+	spillDir  string     // this session's spill files and FIFOs, removed with the session
 	fifoPool  *sync.Pool // read buffers of jobs' FIFOs (see jobFIFOs)
 
 	mu   sync.Mutex
@@ -89,8 +90,9 @@ type jobSet struct {
 // minRunsPrune is the smallest pruneAt: twice the ended jobs a table keeps.
 const minRunsPrune = 2 * jobs.DefaultRetain
 
-// initJobs prepares the session's private output directory, prunes spill files older than
-// output.SpillKeep from it and makes the job table. It runs before the first kernel.
+// initJobs prepares the session's private output directories, prunes old saved output
+// and abandoned spill directories (output.SpillKeep) and makes the job table. It runs
+// before the first kernel.
 func (s *Session) initJobs(ctx context.Context) error {
 	if err := s.opts.Truncation.Validate(); err != nil {
 		return fmt.Errorf("start session: %w", err)
@@ -114,14 +116,22 @@ func (s *Session) initJobs(ctx context.Context) error {
 	} else if n > 0 {
 		s.log.Debug("pruned old job output", "dir", dir, "removed", n)
 	}
-	table, err := jobs.NewTable(jobs.TableOptions{
-		Truncation: s.opts.Truncation,
-		Capture:    output.CaptureOptions{SpillDir: dir},
-	})
-	if err != nil {
+	if n, err := pruneSpillDirs(dir, output.SpillKeep); err != nil {
+		s.log.Warn("pruning abandoned spill directories", "dir", dir, "removed", n, "err", err)
+	}
+	spill := filepath.Join(dir, spillDirPrefix+s.id)
+	if err := output.PrepareDir(spill); err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.jobs = jobSet{table: table, outputDir: dir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
+	table, err := jobs.NewTable(jobs.TableOptions{
+		Truncation: s.opts.Truncation,
+		Capture:    output.CaptureOptions{SpillDir: spill},
+	})
+	if err != nil {
+		_ = os.RemoveAll(spill)
+		return fmt.Errorf("start session: %w", err)
+	}
+	s.jobs = jobSet{table: table, outputDir: dir, spillDir: spill, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
 	return nil
 }
 
@@ -129,9 +139,15 @@ func (s *Session) initJobs(ctx context.Context) error {
 // jobs.MaxObserved, in id order) and the ended jobs it keeps for reads of their output.
 func (s *Session) Jobs() *jobs.Table { return s.jobs.table }
 
-// OutputDir is the private directory where the session's job output spills and where
-// SaveOutput writes; files older than output.SpillKeep are pruned when a session starts.
+// OutputDir is the private directory where SaveOutput writes a job's full output; files
+// there older than output.SpillKeep are pruned when a session starts. Spill files (the
+// retained output of running and ended jobs) and job FIFOs live in a directory of the
+// session's own inside it, removed when the session ends.
 func (s *Session) OutputDir() string { return s.jobs.outputDir }
+
+// SpillDir is the session's own directory inside OutputDir: its jobs' spill files and
+// FIFOs. Close removes it once the session's kernels have ended.
+func (s *Session) SpillDir() string { return s.jobs.spillDir }
 
 // add records r. Once runs reaches pruneAt it forgets the runs of jobs the table dropped,
 // so runs stays below twice what the table held at that prune (or minRunsPrune).
@@ -271,7 +287,7 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 	r.job, r.frameID = job, job.ID().String()
 	frame := protocol.JobRun{ID: r.frameID, Command: command}
 	if s.opts.Transport.Capabilities().SameFS {
-		f, err := newJobFIFOs(s.jobs.outputDir, job, s.jobs.fifoPool)
+		f, err := newJobFIFOs(s.jobs.spillDir, job, s.jobs.fifoPool)
 		if err != nil {
 			s.log.Warn("job output goes through frames", "job", job.ID(), "err", err)
 		} else {
@@ -294,8 +310,11 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 	kc.jobs.runs[r.frameID] = r
 	kc.mu.Unlock()
 
-	if err := kc.writeFrame(frame); err != nil {
-		kc.fail(err)
+	if err := kc.writeFrame(ctx, frame); err != nil {
+		kc.mu.Lock()
+		delete(kc.jobs.runs, r.frameID)
+		kc.mu.Unlock()
+		r.endWithout(err, jobs.End{})
 		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
 	}
 	return job, nil
@@ -352,8 +371,12 @@ func (s *Session) ExecuteWait(ctx context.Context, code string, budget time.Dura
 	kc.cells[cellID] = r.cell
 	kc.mu.Unlock()
 
-	if err := kc.writeFrame(protocol.Execute{ID: cellID, Code: code}); err != nil {
-		kc.fail(err)
+	if err := kc.writeFrame(ctx, protocol.Execute{ID: cellID, Code: code}); err != nil {
+		kc.forgetCell(cellID)
+		r.endWithout(err, jobs.End{})
+		if ctx.Err() != nil {
+			kc.stalled(cellID, err)
+		}
 		return JobWait{}, fmt.Errorf("cell %s: %w", cellID, err)
 	}
 	return r.wait(ctx, deadline), nil
@@ -375,7 +398,7 @@ func (r *jobRun) cellEnded() {
 }
 
 // cellEnd maps a cell's done status to a job end: ok exits 0, an exception exits 1, an
-// interrupted cell ends by SIGINT.
+// interrupted cell is Interrupted (its kernel lives on: no signal ended a process).
 func cellEnd(status string) jobs.End {
 	switch status {
 	case protocol.DoneOK:
@@ -383,7 +406,7 @@ func cellEnd(status string) jobs.End {
 	case protocol.DoneError:
 		return jobs.Exited(1)
 	case protocol.DoneInterrupted:
-		return jobs.Signaled(int(syscall.SIGINT))
+		return jobs.Interrupted()
 	}
 	return jobs.End{}
 }
@@ -494,20 +517,13 @@ func (r *jobRun) Kill(ctx context.Context) error {
 	return err
 }
 
-// send writes f to the job's kernel, giving up waiting (not writing) when ctx ends: a
-// wedged kernel may not read its stdin.
+// send queues f for the job's kernel, giving up waiting for room when ctx ends: a wedged
+// kernel may not read its stdin.
 func (r *jobRun) send(ctx context.Context, f protocol.HostFrame) error {
-	done := make(chan error, 1)
-	go func() { done <- r.kc.writeFrame(f) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("kill job %s: %w", r.job.ID(), err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kill job %s: %w", r.job.ID(), context.Cause(ctx))
+	if err := r.kc.writeFrame(ctx, f); err != nil {
+		return fmt.Errorf("kill job %s: %w", r.job.ID(), err)
 	}
+	return nil
 }
 
 // killCellAfterGrace kills the cell's kernel if the cell has not ended within the
@@ -871,10 +887,15 @@ func (f *OutputFollower) write(p []byte) error {
 }
 
 // Finish writes the rest of r, the job's settled report (jobs.Settled.Output): the
-// writer then holds exactly r.Kept. It reads nothing more from the capture.
+// writer then holds exactly r.Kept, or under Off at least r.Kept (the follower may have
+// streamed more than the capture retains: every byte it wrote is the job's, in order).
+// It reads nothing more from the capture.
 func (f *OutputFollower) Finish(r output.Result) error {
 	f.stopped, f.pending = true, nil
 	if f.written > int64(len(r.Kept)) {
+		if f.off {
+			return nil
+		}
 		return fmt.Errorf("follow job output: wrote %d bytes, the report keeps %d", f.written, len(r.Kept))
 	}
 	return f.write(r.Kept[f.written:])

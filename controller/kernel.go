@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/controller/gate"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports"
+	"golang.org/x/sync/semaphore"
 )
 
 // kernelConn is one kernel generation: the transport's Kernel, the gate reading its
@@ -20,14 +22,19 @@ import (
 type kernelConn struct {
 	s      *Session
 	k      transports.Kernel
-	hello  protocol.Hello
+	hello  protocol.Hello // set by the reader before ready; read only once ready
 	stderr *headTail
 
 	ctx    context.Context // ends when the kernel's reader ends; host requests run under it
 	cancel context.CancelCauseFunc
 
-	wmu  sync.Mutex // serialises whole frames on stdin
-	wbuf []byte
+	stdin *stdinWriter // whole frames to the kernel, never blocking a caller's control path
+	// ready is set once the kernel's hello was checked (protocol and bundle): no frame but
+	// the hello (and log lines) is taken before, no host request is served before.
+	ready atomic.Bool
+	// inflight bounds the bytes of accepted host requests whose handlers have not replied:
+	// past it the reader stops reading the kernel until a handler ends (see onRequest).
+	inflight *semaphore.Weighted
 
 	mu    sync.Mutex
 	cells map[string]*cellRun
@@ -38,7 +45,17 @@ type kernelConn struct {
 	helloCh chan protocol.Hello
 }
 
-// startKernel starts a kernel generation and waits for its hello. s.mu is held.
+// maxRequestBytesInFlight bounds the line bytes of accepted host requests being served at
+// once: one request at the line limit, or any number of smaller ones within it. A request never waits when none is in flight, so
+// every request the gate accepts is served; while the budget is spent the kernel's stdout
+// is not read, and the kernel waits in its write. Each byte in flight costs about three in
+// memory (the line, its decoded arguments, the handler's value); docs/architecture.md
+// gives the measured peak.
+const maxRequestBytesInFlight = protocol.MaxLine
+
+// startKernel starts a kernel generation and waits for its checked hello. s.mu is held.
+// Whatever ends the generation later, its reader kills the kernel through the transport's
+// ladder and reaps it (Session.Close waits for that).
 func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 	stderr := newHeadTail(8 << 10)
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
@@ -47,6 +64,7 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 		SessionID: s.id,
 		Dir:       s.opts.SandboxDir,
 		Env:       s.opts.Env,
+		Python:    s.opts.Python,
 		Stderr:    stderr,
 	})
 	if err != nil {
@@ -56,39 +74,60 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 	kc := &kernelConn{
 		s: s, k: k, stderr: stderr,
 		ctx: kctx, cancel: kcancel,
-		cells:   make(map[string]*cellRun),
-		jobs:    kernelJobs{runs: make(map[string]*jobRun)},
-		done:    make(chan struct{}),
-		helloCh: make(chan protocol.Hello, 1),
+		inflight: semaphore.NewWeighted(maxRequestBytesInFlight),
+		cells:    make(map[string]*cellRun),
+		jobs:     kernelJobs{runs: make(map[string]*jobRun)},
+		done:     make(chan struct{}),
+		helloCh:  make(chan protocol.Hello, 1),
 	}
+	kc.stdin = newStdinWriter(k.Stdin(), kc.fail)
+	s.generations.Add(1)
 	go kc.read()
 
 	select {
-	case h := <-kc.helloCh:
-		kc.hello = h
+	case <-kc.helloCh: // kc.hello is set and checked
 	case <-kc.done:
 		err := kc.endErr()
 		_ = kc.kill(context.WithoutCancel(ctx))
+		if errors.Is(err, ErrStale) {
+			return nil, fmt.Errorf("start kernel: %w", err)
+		}
 		return nil, fmt.Errorf("start kernel: no hello: %w%s", err, stderr.suffix())
 	case <-sctx.Done():
 		kc.fail(fmt.Errorf("start kernel: %w", context.Cause(sctx)))
 		_ = kc.kill(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start kernel: no hello within %v: %w%s", s.opts.StartTimeout, context.Cause(sctx), stderr.suffix())
 	}
-	if err := kc.hello.CheckVersion(); err != nil {
-		_ = kc.kill(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("start kernel: %w: %w", ErrStale, err)
-	}
-	if s.opts.Bundle != "" && kc.hello.Bundle != s.opts.Bundle {
-		_ = kc.kill(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("start kernel: %w: it runs stub bundle %.12s, this controller has %.12s", ErrStale, kc.hello.Bundle, s.opts.Bundle)
-	}
 	s.log.Debug("kernel started", "transport", k.Info().Transport, "pid", kc.hello.PID, "python", kc.hello.Python)
 	return kc, nil
 }
 
-// read runs the gate over the kernel's stdout until it ends, then ends the generation.
+// checkHello decides on the kernel's hello: its protocol and bundle must be this
+// controller's. It runs on the reader goroutine before any other frame is taken.
+func (kc *kernelConn) checkHello(h protocol.Hello) error {
+	if err := h.CheckVersion(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStale, err)
+	}
+	if b := kc.s.opts.Bundle; b != "" && h.Bundle != b {
+		return fmt.Errorf("%w: it runs stub bundle %.12s, this controller has %.12s", ErrStale, h.Bundle, b)
+	}
+	return nil
+}
+
+// early refuses a frame that came before the kernel's checked hello: a kernel must say
+// who it is before anything it sends takes effect. The generation ends with a protocol
+// fault (the first one wins) and the kernel is killed; the frame has no effect.
+func (kc *kernelConn) early(what string, line []byte) {
+	fault := &gate.ProtocolFault{Reason: what + " before the kernel's hello", Head: append([]byte(nil), line[:min(len(line), 256)]...)}
+	kc.fail(fmt.Errorf("%w: %w", ErrKernelExited, fault))
+	go func() { _ = kc.k.Kill(context.Background()) }()
+}
+
+// read runs the gate over the kernel's stdout until it ends, then ends the generation,
+// kills the kernel through its transport (whatever ended the reading: a fault, the end
+// of its stdout with the process still running, a failed write) and reaps it.
 func (kc *kernelConn) read() {
+	defer kc.s.generations.Done()
 	g := gate.New(gate.Config{
 		Serves:       kc.serves,
 		OnRequest:    kc.onRequest,
@@ -98,18 +137,22 @@ func (kc *kernelConn) read() {
 	})
 	err := g.Run(kc.ctx, kc.k.Stdout())
 	var fault *gate.ProtocolFault
-	if errors.As(err, &fault) {
+	switch {
+	case errors.As(err, &fault):
 		// Replace the kernel loudly: fail what is in flight with the fault, kill it; the
 		// next cell starts a fresh kernel.
 		kc.s.log.Error("kernel broke the protocol; replacing it", "fault", fault.Error(), "pid", kc.hello.PID)
 		kc.fail(fmt.Errorf("%w: %w", ErrKernelExited, fault))
-		go func() { _ = kc.kill(context.Background()) }()
-	} else if err != nil {
+	case err != nil && kc.ctx.Err() == nil:
 		kc.fail(kc.withOOM(fmt.Errorf("%w: reading frames: %w", ErrKernelExited, err)))
-	} else {
+	default:
 		kc.fail(kc.withOOM(ErrKernelExited))
 	}
-	// Reap the process; report how it ended.
+	kc.stdin.stop(kc.endErr())
+	// The session no longer uses this kernel: end it, whatever it is doing.
+	if kerr := kc.k.Kill(context.Background()); kerr != nil {
+		kc.s.log.Warn("kernel kill", "err", kerr)
+	}
 	exit, werr := kc.k.Wait()
 	if s := kc.s; s.opts.OnKernelEnd != nil {
 		cause := kc.endErr()
@@ -168,6 +211,7 @@ func (kc *kernelConn) fail(err error) {
 	close(kc.done)
 	kc.mu.Unlock()
 	kc.cancel(err)
+	kc.stdin.stop(err)
 	for _, c := range cells {
 		c.finish(nil, err)
 	}
@@ -189,10 +233,17 @@ func (kc *kernelConn) endErr() error {
 	return kc.err
 }
 
+// killWait bounds how long a call that ends a kernel itself (a cell past its interrupt
+// grace, a failed start) waits for the end to be confirmed; the transport's ladder goes on
+// climbing after, and the generation's reader reaps the kernel.
+const killWait = 30 * time.Second
+
 // kill ends the kernel: closes stdin (the stub's shutdown), then the transport's staged
-// kill; it returns once the kernel's end is confirmed or ctx ends.
+// kill; it returns once the kernel's end is confirmed, or ctx ends, or killWait passed.
 func (kc *kernelConn) kill(ctx context.Context) error {
 	kc.fail(ErrKernelExited)
+	ctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
 	err := kc.k.Kill(ctx)
 	if err != nil {
 		return fmt.Errorf("kill kernel: %w", err)
@@ -206,25 +257,41 @@ func (kc *kernelConn) serves(typ string) bool {
 }
 
 // onRequest runs an accepted host request's handler on its own goroutine; its result or
-// error is the request's one reply.
+// error is the request's one reply. A request before the checked hello is served by no
+// handler (see early). While maxRequestBytesInFlight of requests are being served it
+// waits for room on the reader goroutine: the kernel is not read meanwhile.
 func (kc *kernelConn) onRequest(r gate.Request) {
+	if !kc.ready.Load() {
+		kc.early("host request", r.Line)
+		return
+	}
 	if f := kc.s.opts.OnGateDecision; f != nil {
 		f("accepted")
 	}
+	cost := int64(min(len(r.Line), maxRequestBytesInFlight))
+	if !kc.inflight.TryAcquire(cost) {
+		if err := kc.inflight.Acquire(kc.ctx, cost); err != nil {
+			return // the generation ended: the kernel will get no reply, nor need one
+		}
+	}
 	line := append([]byte(nil), r.Line...) // r.Line is the gate's buffer, valid only during this call
 	go func() {
+		defer kc.inflight.Release(cost)
 		req, err := protocol.DecodeHostRequest(line)
+		line = nil
 		var result any
 		if err == nil {
 			result, err = kc.s.opts.Handler.Serve(kc.ctx, req.Type, req.Args)
 		} else {
 			err = codedError{code: protocol.CodeInvalid, err: err}
 		}
+		req = protocol.HostRequest{}
 		kc.reply(r.ID, result, err)
 	}()
 }
 
-// reply writes the one host_reply for request id.
+// reply queues the one host_reply for request id. A result whose reply would be over the
+// line limit is replaced by an error reply with code too_large.
 func (kc *kernelConn) reply(id string, result any, err error) {
 	rep := protocol.HostReply{ID: id, Status: protocol.StatusOK}
 	if err == nil {
@@ -240,12 +307,21 @@ func (kc *kernelConn) reply(id string, result any, err error) {
 		rep.Result = nil
 		rep.Error = replyError(err)
 	}
-	if werr := kc.writeFrame(rep); werr != nil {
+	werr := kc.writeFrame(kc.ctx, rep)
+	if errors.Is(werr, ErrFrameTooLarge) {
+		rep = protocol.HostReply{ID: id, Status: protocol.StatusError, Error: replyError(codedError{code: protocol.CodeTooLarge, err: werr})}
+		werr = kc.writeFrame(kc.ctx, rep)
+	}
+	if werr != nil {
 		kc.s.log.Debug("host reply not delivered", "id", id, "err", werr)
 	}
 }
 
 func (kc *kernelConn) onRefusal(r gate.Refusal) {
+	if !kc.ready.Load() {
+		kc.early("host request", []byte(r.ID))
+		return
+	}
 	if f := kc.s.opts.OnGateDecision; f != nil {
 		f(string(r.Code))
 	}
@@ -257,7 +333,7 @@ func (kc *kernelConn) onRefusal(r gate.Refusal) {
 	if r.Status == protocol.StatusDuplicate {
 		kc.s.log.Warn("kernel reused a host request id", "id", r.ID)
 	}
-	if err := kc.writeFrame(rep); err != nil {
+	if err := kc.writeFrame(kc.ctx, rep); err != nil {
 		kc.s.log.Debug("refusal not delivered", "id", r.ID, "err", err)
 	}
 }
@@ -265,6 +341,10 @@ func (kc *kernelConn) onRefusal(r gate.Refusal) {
 // onEvent routes one non-request frame. It runs on the reader goroutine: nothing here may
 // block on the caller.
 func (kc *kernelConn) onEvent(f gate.Frame) {
+	if !kc.ready.Load() && f.Event != protocol.EventHello && f.Event != protocol.EventLog {
+		kc.early(f.Event+" frame", f.Line)
+		return
+	}
 	switch f.Event {
 	case protocol.EventJobStart, protocol.EventJobOutput, protocol.EventJobEnd:
 		kc.onJobFrame(f)
@@ -277,11 +357,18 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 	}
 	switch e := ev.(type) {
 	case protocol.Hello:
-		select {
-		case kc.helloCh <- e:
-		default:
+		if kc.ready.Load() {
 			kc.s.log.Warn("second hello ignored")
+			return
 		}
+		if err := kc.checkHello(e); err != nil {
+			kc.fail(err)
+			go func() { _ = kc.k.Kill(context.Background()) }()
+			return
+		}
+		kc.hello = e
+		kc.ready.Store(true)
+		kc.helloCh <- e
 	case protocol.Stream:
 		if c := kc.cell(e.ID); c != nil {
 			c.stream(e.Name, e.Text)

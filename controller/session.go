@@ -61,6 +61,9 @@ type Options struct {
 	SandboxDir string
 	// Env holds extra environment entries for the kernel ("KEY=VALUE"), already mapped.
 	Env []string
+	// Python is the interpreter inside the sandbox (transports.Spec.Python). Empty means
+	// the transport's default ("python3", resolved as the transport documents).
+	Python string
 	// Handler serves host requests. Nil serves none: every request gets "unserved".
 	Handler HostHandler
 	// Logger receives diagnostics. Nil discards them.
@@ -103,10 +106,15 @@ type Session struct {
 	ids  atomic.Uint64 // cell ids
 	jobs jobSet        // shell and cell jobs, set up by Start
 
-	mu     sync.Mutex
-	kc     *kernelConn // the current kernel, nil before start or after it ended
-	closed bool
-	cause  error // why the session was closed
+	// generations counts the kernel generations whose reader has not yet killed and
+	// reaped its kernel; Close waits for them all, so no kernel outlives its session.
+	generations sync.WaitGroup
+
+	mu       sync.Mutex
+	kc       *kernelConn // the current kernel, nil before start or after it ended
+	closed   bool
+	cause    error         // why the session was closed
+	closedCh chan struct{} // closed with closed
 }
 
 // Start validates opts, starts the first kernel and waits for its hello.
@@ -134,12 +142,13 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{id: newID(), opts: opts}
+	s := &Session{id: newID(), opts: opts, closedCh: make(chan struct{})}
 	s.log = log.With("session", s.id)
 	if err := s.initJobs(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := s.kernel(ctx); err != nil {
+		s.removeSpill()
 		return nil, err
 	}
 	return s, nil
@@ -165,6 +174,9 @@ func CheckWorkingDir(dir string) error {
 
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
+
+// Done is closed once Close or Kill began ending the session.
+func (s *Session) Done() <-chan struct{} { return s.closedCh }
 
 // Kernel reports the current kernel's hello and transport facts, starting none. ok is false
 // when no kernel runs.
@@ -218,7 +230,8 @@ func (s *Session) nextID(prefix string) string {
 }
 
 // Close ends the session: the kernel gets EOF on stdin and is killed after the grace if it
-// does not exit. Work in flight fails with ErrClosed. Close waits for the kernel's end.
+// does not exit. Work in flight fails with ErrClosed. Close waits for the end of every
+// kernel the session started (an earlier one that is still being killed too) or ctx.
 func (s *Session) Close(ctx context.Context) error {
 	return s.end(ctx, nil)
 }
@@ -236,30 +249,43 @@ func (s *Session) end(ctx context.Context, cause error) error {
 	if !s.closed {
 		s.closed = true
 		s.cause = cause
+		close(s.closedCh)
 	}
 	kc := s.kc
 	s.mu.Unlock()
-	if kc == nil {
-		return nil
+	var err error
+	if kc != nil {
+		kc.fail(fmt.Errorf("session %s: %w", s.id, s.closedErr()))
+		err = kc.kill(ctx)
 	}
-	kc.fail(fmt.Errorf("session %s: %w", s.id, s.closedErr()))
-	return kc.kill(ctx)
+	ended := make(chan struct{})
+	go func() {
+		s.generations.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("close session %s: kernels still ending: %w", s.id, context.Cause(ctx)))
+	}
+	s.removeSpill()
+	return err
 }
 
-// writeFrame encodes f and writes it to the kernel's stdin whole.
-func (kc *kernelConn) writeFrame(f protocol.HostFrame) error {
-	kc.wmu.Lock()
-	defer kc.wmu.Unlock()
-	var err error
-	kc.wbuf, err = protocol.AppendFrame(kc.wbuf[:0], f)
+// writeFrame encodes f and queues it whole for the kernel's stdin: it returns once the
+// frame is queued (not written), waiting only while the queue to a kernel that does not
+// read is full, until ctx ends (ErrStdinStalled). A frame over the line limit is refused
+// (ErrFrameTooLarge) and nothing is sent.
+func (kc *kernelConn) writeFrame(ctx context.Context, f protocol.HostFrame) error {
+	line, err := protocol.MarshalLine(f)
 	if err != nil {
 		return err
 	}
-	if _, err := kc.k.Stdin().Write(kc.wbuf); err != nil {
-		return fmt.Errorf("write %s frame: %w", f.FrameType(), errors.Join(ErrKernelExited, err))
+	if len(line) > protocol.MaxLine {
+		return fmt.Errorf("%s frame of %d bytes: %w of %d bytes: nothing was sent", f.FrameType(), len(line), ErrFrameTooLarge, protocol.MaxLine)
 	}
-	if cap(kc.wbuf) > 1<<20 {
-		kc.wbuf = nil
+	if err := kc.stdin.send(ctx, line); err != nil {
+		return fmt.Errorf("write %s frame: %w", f.FrameType(), err)
 	}
 	return nil
 }

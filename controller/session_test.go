@@ -16,12 +16,13 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/controller/gate"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/transports/local"
 )
 
 func TestMain(m *testing.M) {
-	if reaper.Main() {
+	if reaper.Main() || fakekernel.Main() {
 		return
 	}
 	os.Exit(m.Run())

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/protocol"
 )
 
 const (
@@ -20,7 +22,7 @@ const (
 	// maxBudget caps a requested budget.
 	maxBudget = 24 * time.Hour
 	// maxCodeBody bounds a cell request's body.
-	maxCodeBody = 64 << 20
+	maxCodeBody = protocol.MaxLine
 	// maxQueued bounds the streamed output waiting for a slow client; past it output
 	// is counted in a "dropped" event (the final reply still carries the bounded output).
 	maxQueued = 16 << 20
@@ -124,7 +126,7 @@ func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 	id := jw.Outcome.Job()
 	e.addJob(id)
 	out := jw.Outcome.SoFar()
-	reply := api.CellReply{Job: id.String(), Output: toOutput(out)}
+	reply := api.CellReply{Job: id.String(), Output: toOutput(readWith(out, e.id, id))}
 	switch jw.Outcome.(type) {
 	case jobs.Settled:
 		reply.State = "settled"
@@ -146,7 +148,17 @@ func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 	return reply
 }
 
-// toOutput is a bounded output's API view.
+// readWith names, in a job's bounded output, the route that reads what the job retained
+// of it by offset and limit: the notice then says which call reads the bytes it names.
+func readWith(r output.Result, session string, job jobs.ID) output.Result {
+	if r.Where != "" {
+		r.ReadWith = fmt.Sprintf("GET /sessions/%s/jobs/%s/output?offset=&limit= (at most %d bytes a read)", session, job, output.MaxPage)
+	}
+	return r
+}
+
+// toOutput is a bounded output's API view. Its Text is made for this reply (under
+// truncation off, up to the job's retained bytes) and kept by no one after it.
 func toOutput(r output.Result) api.Output {
 	return api.Output{
 		Text:         strings.ToValidUTF8(string(r.Kept), "\uFFFD"),

@@ -3,13 +3,19 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"syscall"
 
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/local"
+	"github.com/kennel-dev/kennel/transports/wrapped"
 	"github.com/kennel-dev/kennel/workspaces"
 )
 
@@ -45,15 +51,19 @@ func toAPI(err error) *api.Error {
 		e.Status, e.Code = http.StatusBadRequest, api.CodeWorkingDirNotDir
 	case errors.Is(err, errNotFound), errors.Is(err, controller.ErrNoJob):
 		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
+	case errors.Is(err, controller.ErrFrameTooLarge):
+		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
 	case errors.Is(err, errInvalid), errors.Is(err, controller.ErrInvalidCommand),
 		errors.Is(err, output.ErrInvalidLimits), errors.Is(err, jobs.ErrInvalidID),
-		errors.Is(err, workspaces.ErrInvalidID):
+		errors.Is(err, workspaces.ErrInvalidID), errors.Is(err, local.ErrInvalidSpec),
+		errors.Is(err, wrapped.ErrInvalidSpec), errors.Is(err, syscall.ENAMETOOLONG):
 		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
 	case errors.Is(err, jobs.ErrEnded), errors.Is(err, controller.ErrClosed),
 		errors.Is(err, workspaces.ErrExists), errors.Is(err, errShuttingDown),
 		errors.Is(err, workspaces.ErrTooManyFiles):
 		e.Status, e.Code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, transports.ErrUnavailable), errors.Is(err, controller.ErrKernelExited):
+	case errors.Is(err, transports.ErrUnavailable), errors.Is(err, controller.ErrKernelExited),
+		errors.Is(err, controller.ErrStale), errors.Is(err, controller.ErrStdinStalled):
 		e.Status, e.Code = http.StatusServiceUnavailable, api.CodeUnavailable
 	}
 	return e
@@ -72,16 +82,42 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// readJSON decodes the request body into v: at most limit bytes, one JSON value, no
-// unknown fields.
+// nulChecker is a request body with strings that become paths or program arguments
+// (api.CreateSession).
+type nulChecker interface{ NULField() string }
+
+// readJSON decodes the request body into v: at most limit bytes, one JSON value (then
+// only white space), no unknown fields, and, for a body with path fields, no NUL byte in
+// them. A body over limit is 413 too_large naming the limit; one that did not arrive
+// within the body timeout is 408 timeout; anything else wrong is 400 invalid.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: "request body: " + err.Error()}
+		return bodyError(err)
 	}
-	if dec.More() {
+	switch _, err := dec.Token(); {
+	case err == nil:
 		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: "request body: more than one JSON value"}
+	case !errors.Is(err, io.EOF):
+		return bodyError(err)
+	}
+	if c, ok := v.(nulChecker); ok {
+		if f := c.NULField(); f != "" {
+			return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: fmt.Sprintf("request body: %s holds a NUL byte, which no path or argument can hold", f)}
+		}
 	}
 	return nil
+}
+
+// bodyError is the API error of a request body that could not be read or decoded.
+func bodyError(err error) *api.Error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return &api.Error{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge, Message: fmt.Sprintf("request body: over this route's limit of %d bytes", mbe.Limit)}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &api.Error{Status: http.StatusRequestTimeout, Code: api.CodeTimeout, Message: "request body: " + err.Error()}
+	}
+	return &api.Error{Status: http.StatusBadRequest, Code: api.CodeInvalid, Message: "request body: " + err.Error()}
 }

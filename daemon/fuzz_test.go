@@ -16,8 +16,8 @@ import (
 )
 
 // FuzzAPIRequest sends arbitrary requests to the API (with a setup that starts no
-// kernel): no request panics the daemon or gets a 5xx other than the setup's 503, and every error reply is an
-// API error body with a code.
+// kernel): no request panics the daemon or gets a 5xx other than the setup's 503, and
+// every error reply, the router's 404 and 405 included, is an API error body with a code.
 func FuzzAPIRequest(f *testing.F) {
 	srv, err := daemon.New(daemon.Options{
 		Socket: "/nonexistent/k.sock", StateDir: filepath.Join(f.TempDir(), "state"),
@@ -42,6 +42,14 @@ func FuzzAPIRequest(f *testing.F) {
 		{"POST", "/sessions/x/jobs/j0/stop", ""},
 		{"POST", "/sessions/x/children/y/handback", ""},
 		{"DELETE", "/sessions/%2e%2e", ""},
+		{"POST", "/sessions", "{\"cwd\":\"/tmp/\\u0000\"}"},
+		{"POST", "/sessions", `{"cwd":"/` + strings.Repeat("x", 5000) + `"}`},
+		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"kind":"wrapped","argv_prefix":["a\u0000"]}}`},
+		{"POST", "/sessions", `{"cwd":"/tmp"} ]`},
+		{"PUT", "/sessions", ""},
+		{"HEAD", "/sessions", ""},
+		{"GET", "/nope", ""},
+		{"GET", "/sessions/x/../y", ""},
 	} {
 		f.Add(seed.method, seed.path, seed.body)
 	}
@@ -58,7 +66,7 @@ func FuzzAPIRequest(f *testing.F) {
 		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s %s %q: status %d: %s", method, path, body, rec.Code, rec.Body)
 		}
-		if rec.Code >= 400 && rec.Code != http.StatusNotFound && rec.Code != http.StatusMethodNotAllowed {
+		if rec.Code >= 400 {
 			var eb api.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || eb.Error.Code == "" {
 				t.Fatalf("%s %s: error reply without an API error: %q", method, path, rec.Body)

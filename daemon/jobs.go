@@ -29,22 +29,21 @@ func jobOf(r *http.Request, e *entry) (*jobs.Job, error) {
 	return j, nil
 }
 
-// toJob is a job's API view.
+// toJob is a job's API view. It reads the job's state alone, never its output (under
+// truncation off a report of the output would read the job's retained bytes whole).
 func toJob(j *jobs.Job) api.Job {
-	snap := j.Snapshot()
-	out := api.Job{ID: snap.ID.String(), Command: snap.Command, StartedAt: snap.Started.UnixMilli(), State: "running"}
-	if snap.PID > 0 {
-		pid := snap.PID
+	out := api.Job{ID: j.ID().String(), Command: j.Command(), StartedAt: j.Started().UnixMilli(), State: "running"}
+	if pid, ok := j.PID(); ok {
 		out.PID = &pid
 	}
-	if snap.End != nil {
+	if end, ok := j.End(); ok {
 		out.State = "ended"
-		end := &api.JobEnd{ExitCode: snap.End.ExitCode, Killed: snap.End.Killed, Text: snap.End.String()}
-		if snap.End.Signal != 0 {
-			sig := snap.End.Signal
-			end.Signal = &sig
+		e := &api.JobEnd{ExitCode: end.ExitCode, Killed: end.Killed, Interrupted: end.Interrupted, Text: end.String()}
+		if end.Signal != 0 {
+			sig := end.Signal
+			e.Signal = &sig
 		}
-		out.End = end
+		out.End = e
 	}
 	return out
 }

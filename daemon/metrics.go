@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -33,7 +35,8 @@ type metrics struct {
 	cellsSettled, cellsDetached prometheus.Counter
 }
 
-func newMetrics(r *registry) *metrics {
+// newMetrics makes the daemon's metrics over r; errors of a scrape go to log.
+func newMetrics(r *registry, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		peers: prometheus.NewCounter(prometheus.CounterOpts{
@@ -63,11 +66,18 @@ func newMetrics(r *registry) *metrics {
 	}
 	m.reg.MustRegister(m.peers, m.hostRequests, m.frames, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
 		&sessionCollector{reg: r})
-	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	// A metric that cannot be gathered is logged and left out: a scrape is always a 200
+	// (HTTPErrorOnError would answer a plain-text 500 the API does not document).
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeLog{log}})
 	m.keptBytes, m.droppedBytes = m.jobBytes.WithLabelValues("kept"), m.jobBytes.WithLabelValues("dropped")
 	m.cellsSettled, m.cellsDetached = m.cells.WithLabelValues("settled"), m.cells.WithLabelValues("detached")
 	return m
 }
+
+// scrapeLog is promhttp's error log on the daemon's logger.
+type scrapeLog struct{ log *slog.Logger }
+
+func (l scrapeLog) Println(v ...any) { l.log.Warn("metrics scrape: " + fmt.Sprint(v...)) }
 
 func (m *metrics) peerRefused(int) { m.peers.Inc() }
 

@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"fmt"
 	"net/http"
+	"path"
+	"slices"
+	"strings"
 
 	"github.com/kennel-dev/kennel/api"
 )
@@ -34,4 +38,80 @@ func (s *Server) routes() []route {
 func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(api.OpenAPI)
+}
+
+// router serves a route table on a ServeMux and answers every request no route takes
+// with the API's error body, where ServeMux would answer plain text or redirect:
+//
+//   - a path no route has is 404 no_route, and so is a path not in canonical form (with
+//     "." or ".." segments, or "//"), which ServeMux would redirect: the API has no
+//     redirects;
+//   - a path whose routes do not take the method is 405 method_not_allowed, with Allow
+//     listing the methods they take. A route takes only its own method: HEAD is not
+//     served where GET is.
+type router struct {
+	mux     *http.ServeMux
+	methods []string // the route table's methods, sorted, without repeats
+}
+
+// newRouter registers rs on a new ServeMux.
+func newRouter(rs []route) *router {
+	rt := &router{mux: http.NewServeMux()}
+	for _, r := range rs {
+		rt.mux.HandleFunc(r.method+" "+r.pattern, r.handler)
+		rt.methods = append(rt.methods, r.method)
+	}
+	slices.Sort(rt.methods)
+	rt.methods = slices.Compact(rt.methods)
+	return rt
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); !canonical(p) {
+		writeError(w, &api.Error{Status: http.StatusNotFound, Code: api.CodeNoRoute, Message: fmt.Sprintf("no route for %s %q: the path is not in canonical form", r.Method, p)})
+		return
+	}
+	if rt.takes(r, r.Method) {
+		rt.mux.ServeHTTP(w, r)
+		return
+	}
+	var allow []string
+	for _, m := range rt.methods {
+		if rt.takes(r, m) {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		writeError(w, &api.Error{Status: http.StatusNotFound, Code: api.CodeNoRoute, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.EscapedPath())})
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	writeError(w, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed, Message: fmt.Sprintf("no route for %s %s: its routes take %s", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", "))})
+}
+
+// takes reports whether a route of method takes r's path: ServeMux matches it to a
+// pattern of that very method (it matches HEAD to a GET pattern too).
+func (rt *router) takes(r *http.Request, method string) bool {
+	if method != r.Method {
+		probe := new(http.Request)
+		*probe = *r
+		probe.Method = method
+		r = probe
+	}
+	_, pattern := rt.mux.Handler(r)
+	m, _, ok := strings.Cut(pattern, " ")
+	return ok && m == method
+}
+
+// canonical reports whether p is a path ServeMux serves as it is: absolute, with no ".",
+// ".." or empty segment (it redirects any other to its cleaned form).
+func canonical(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }

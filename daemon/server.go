@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +36,64 @@ type Options struct {
 	// PeerUID is the only peer uid served. Zero means the daemon's effective uid; a
 	// negative value is refused by New (it would serve no one).
 	PeerUID int
+	// Timeouts bound how long a connection may hold the daemon without progress. Each
+	// zero field means its default.
+	Timeouts Timeouts
+}
+
+// Timeouts bound how long a client may hold a connection without making progress. They
+// bound stalls, never a reply: a cell reply may wait its whole budget before its first
+// byte, and a streamed one lasts as long as its cell.
+type Timeouts struct {
+	// Header bounds reading a request's line and headers, from the connection's start
+	// (on a kept connection, from the next request's first bytes); a client slower than
+	// that has its connection closed unanswered. Zero means DefaultHeaderTimeout.
+	Header time.Duration
+	// Body bounds reading a request's body, from the handler's start to the body's last
+	// byte; a body not in by then is answered 408 timeout and its connection closed. Zero
+	// means DefaultBodyTimeout.
+	Body time.Duration
+	// Idle closes a keep-alive connection that starts no next request within it. Zero
+	// means DefaultIdleTimeout.
+	Idle time.Duration
+	// WriteStall bounds each write to a connection: a client that takes none of a reply
+	// for this long has its connection closed. Zero means DefaultWriteStall.
+	WriteStall time.Duration
+}
+
+// The defaults of Options.Timeouts.
+const (
+	// DefaultHeaderTimeout bounds a request's line and headers: a few hundred bytes that a
+	// local client writes at once.
+	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultBodyTimeout bounds a request's body: the largest a route takes (32 MiB, a
+	// cell) crosses the unix socket in well under a second.
+	DefaultBodyTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes idle keep-alive connections. It is longer than the client
+	// package's idle timeout (90 s), so a client drops an idle connection before the
+	// daemon closes it under a request being sent.
+	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultWriteStall bounds a write the client does not take: it is set before each
+	// write, so it ends a connection whose client stopped reading, and no reply that
+	// keeps moving.
+	DefaultWriteStall = time.Minute
+)
+
+// withDefaults returns t with each zero field set to its default.
+func (t Timeouts) withDefaults() Timeouts {
+	if t.Header == 0 {
+		t.Header = DefaultHeaderTimeout
+	}
+	if t.Body == 0 {
+		t.Body = DefaultBodyTimeout
+	}
+	if t.Idle == 0 {
+		t.Idle = DefaultIdleTimeout
+	}
+	if t.WriteStall == 0 {
+		t.WriteStall = DefaultWriteStall
+	}
+	return t
 }
 
 // DefaultStateDir is $XDG_STATE_HOME/kennel, else ~/.local/state/kennel, else
@@ -57,7 +116,7 @@ type Server struct {
 	bundle  string
 	reg     *registry
 	metrics *metrics
-	mux     *http.ServeMux
+	handler http.Handler // the routes behind the router and the body deadline
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -89,6 +148,11 @@ func New(opts Options) (*Server, error) {
 	if opts.PeerUID < 0 {
 		return nil, fmt.Errorf("new daemon: %w: peer uid %d", errInvalid, opts.PeerUID)
 	}
+	t := opts.Timeouts
+	if t.Header < 0 || t.Body < 0 || t.Idle < 0 || t.WriteStall < 0 {
+		return nil, fmt.Errorf("new daemon: %w: negative timeout in %+v", errInvalid, t)
+	}
+	opts.Timeouts = t.withDefaults()
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -101,11 +165,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry()}
-	s.metrics = newMetrics(s.reg)
-	s.mux = http.NewServeMux()
-	for _, r := range s.routes() {
-		s.mux.HandleFunc(r.method+" "+r.pattern, r.handler)
-	}
+	s.metrics = newMetrics(s.reg, log)
+	s.handler = bodyDeadline(newRouter(s.routes()), opts.Timeouts.Body)
 	return s, nil
 }
 
@@ -115,9 +176,10 @@ func (s *Server) Socket() string { return s.opts.Socket }
 // StateDir is the server's state directory.
 func (s *Server) StateDir() string { return s.opts.StateDir }
 
-// Handler is the API's HTTP handler, without the socket and peer checks; Serve and
-// ServeListener put it behind them.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the API's HTTP handler, with its JSON 404 and 405 replies and its body
+// timeout (Timeouts.Body), but without the socket and peer checks and the connection's
+// timeouts (header, idle, write stall); Serve and ServeListener put it behind them.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve binds the socket (Listen) and serves until ctx ends, then shuts down gracefully
 // (Shutdown): no new connection is accepted, every session ends, and the socket file is
@@ -130,12 +192,17 @@ func (s *Server) Serve(ctx context.Context) error {
 	return s.ServeListener(ctx, l)
 }
 
-// ServeListener serves on l, behind a PeerListener that accepts only Options.PeerUID,
-// until ctx ends; then it shuts down like Serve. l is closed on return. A server serves
-// once.
+// ServeListener serves on l, behind a PeerListener that accepts only Options.PeerUID and
+// under Options.Timeouts, until ctx ends; then it shuts down like Serve. l is closed on
+// return. A server serves once.
 func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	pl := &PeerListener{Listener: l, UID: s.opts.PeerUID, Logger: s.log, OnRefuse: s.metrics.peerRefused}
-	hs := &http.Server{Handler: s.mux, ReadHeaderTimeout: 30 * time.Second}
+	hs := &http.Server{
+		Handler:                      s.handler,
+		ReadHeaderTimeout:            s.opts.Timeouts.Header,
+		IdleTimeout:                  s.opts.Timeouts.Idle,
+		DisableGeneralOptionsHandler: true, // OPTIONS * is a request like any other: 404
+	}
 	s.mu.Lock()
 	if s.served {
 		s.mu.Unlock()
@@ -146,7 +213,7 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	s.mu.Unlock()
 
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(pl) }()
+	go func() { errc <- hs.Serve(stallListener{Listener: pl, stall: s.opts.Timeouts.WriteStall}) }()
 	select {
 	case err := <-errc:
 		s.shutdown(context.WithoutCancel(ctx))
@@ -225,4 +292,98 @@ func (s *Server) endSession(ctx context.Context, e *entry) {
 		e.release()
 	}
 	s.metrics.sessionEnded()
+}
+
+// bodyDeadline bounds the reading of each request's body by h to d from the handler's
+// start; a read past it fails with an error that wraps os.ErrDeadlineExceeded and names
+// d. A request without a body is left alone.
+//
+// http.Server.ReadTimeout is not used: its deadline stays on the connection through the
+// handler, and when it passes, the server's read that watches for the client going away
+// fails and ends the request's context: a cell would fail ReadTimeout after its request
+// began. Here the deadline is lifted as soon as the body reaches its end. That watching
+// read starts at that end, just before the lift, so a body that ends within a hair of
+// the deadline may still end its request's context.
+func bodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, d: d}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody is a request body read under a deadline of d.
+type deadlineBody struct {
+	io.ReadCloser
+	rc     *http.ResponseController
+	d      time.Duration
+	lifted bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("not received within %v: %w", b.d, err)
+	case errors.Is(err, io.EOF) && !b.lifted:
+		b.lifted = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// stallListener hands out its connections as stallConns.
+type stallListener struct {
+	net.Listener
+	stall time.Duration
+}
+
+func (l stallListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, stall: l.stall}, nil
+}
+
+// stallChunk is the most a stallConn writes under one deadline.
+const stallChunk = 64 << 10
+
+// stallConn writes in pieces of at most stallChunk bytes and sets its write deadline
+// stall ahead before each, so a client that takes no piece within stall has the write
+// fail (and the server closes the connection), while a reply that keeps moving, however
+// slowly and for however long, is never cut. It overrides any write deadline set through
+// it before a write.
+type stallConn struct {
+	net.Conn
+	stall time.Duration
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		piece := p[:min(len(p), stallChunk)]
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.stall))
+		n, err := c.Conn.Write(piece)
+		written += n
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// CloseWrite shuts the connection's writing side, as http.Server does to a client whose
+// large body it did not read, before closing.
+func (c *stallConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }

@@ -3,9 +3,13 @@
 //
 // A Job has an id (j1, j2, ... ordered as numbers), a command, a start time, an optional
 // pid, one output and exactly one End. Its output goes to an output.Capture (for paged
-// reads and saves) and is counted under the session's output.Truncation (kept + dropped =
-// every byte). The events that make a job come from a hostile kernel, so every one after
-// the end is ignored and counted, and a second end never replaces the first.
+// reads and saves), which is all the job keeps of it: 1 MiB from the start and the last
+// 64 KiB in memory, the first 16 MiB on disk, whatever the output's size and truncation.
+// Its reports (Snapshot, Wait) are made from the capture under the job's
+// output.Truncation when asked for (kept + dropped = every byte) and kept by no one but
+// their caller; past what was retained they name the job and the byte ranges its paged
+// reads still get. The events that make a job come from a hostile kernel, so every one
+// after the end is ignored and counted, and a second end never replaces the first.
 //
 // A kill goes through the job's Owner, which the controller supplies (killpg for a shell
 // job; interrupt, then kernel kill, for a cell). Kill only asks: the owner reports the end

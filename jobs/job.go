@@ -49,8 +49,13 @@ type End struct {
 	// Signal is set.
 	Signal int
 	// Killed reports that the end followed a kill: a Job.Kill was requested before it
-	// (the job sets this), or the owner says its own kill ended the job.
+	// (the job sets this), or the owner says its own kill ended the job. Never set with
+	// Interrupted.
 	Killed bool
+	// Interrupted reports a cell job that its interrupt ended (KeyboardInterrupt): the
+	// cell stopped and the kernel that ran it lives on. ExitCode and Signal are then
+	// unset, and a Kill requested before the end does not make it Killed.
+	Interrupted bool
 }
 
 // Exited returns the End of a job that exited with code.
@@ -58,6 +63,9 @@ func Exited(code int) End { return End{ExitCode: &code} }
 
 // Signaled returns the End of a job that a signal ended.
 func Signaled(sig int) End { return End{Signal: sig} }
+
+// Interrupted returns the End of a cell job its interrupt ended.
+func Interrupted() End { return End{Interrupted: true} }
 
 // validate returns an ErrInvalidEnd error for an end no process can have.
 func (e End) validate() error {
@@ -68,14 +76,18 @@ func (e End) validate() error {
 		return fmt.Errorf("signal %d: %w", e.Signal, ErrInvalidEnd)
 	case e.ExitCode != nil && e.Signal != 0:
 		return fmt.Errorf("both exit code %d and signal %d: %w", *e.ExitCode, e.Signal, ErrInvalidEnd)
+	case e.Interrupted && (e.ExitCode != nil || e.Signal != 0 || e.Killed):
+		return fmt.Errorf("interrupted with an exit code, signal or kill: %w", ErrInvalidEnd)
 	}
 	return nil
 }
 
-// String reads "exit 0", "signal 9 (killed)", "unknown".
+// String reads "exit 0", "signal 9 (killed)", "interrupted", "unknown".
 func (e End) String() string {
 	s := "unknown"
 	switch {
+	case e.Interrupted:
+		return "interrupted"
 	case e.ExitCode != nil:
 		s = "exit " + strconv.Itoa(*e.ExitCode)
 	case e.Signal != 0:
@@ -106,8 +118,11 @@ type Late struct {
 
 // Job is one piece of work that runs long: a shell command, or a cell whose call
 // outlived its blocking budget. It has an id, a command, a start time, an optional pid,
-// one output (a Capture for paged reads and a Truncation bound for reports) and one end.
-// Its methods are safe for concurrent use. Jobs are made by Table.Start.
+// one output and one end. The output is its Capture, for paged reads and saves, and
+// nothing else: a report of it under the job's Truncation (Snapshot, Wait) is built from
+// the capture when asked for and kept by no one but its caller, so what a job holds in
+// memory for its life is the capture's head and tail, whatever its output and
+// truncation. Its methods are safe for concurrent use. Jobs are made by Table.Start.
 type Job struct {
 	id      ID
 	command string
@@ -115,12 +130,12 @@ type Job struct {
 	owner   Owner
 	clock   Clock
 	capture *output.Capture
+	trunc   output.Truncation // bounds the job's reports; valid
 	done    chan struct{}
 	ended   atomic.Bool // set with the end, right before done is closed
 
 	mu      sync.Mutex
 	pid     int
-	bounder *output.Bounder
 	end     *End
 	endAt   time.Time
 	killing int  // Kill calls in flight
@@ -169,9 +184,8 @@ func (j *Job) SetPID(pid int) error {
 	return nil
 }
 
-// Output appends the bytes the job wrote, exactly as read from its pipe: to the capture
-// and to the count under the job's truncation. After the end it keeps nothing and
-// returns an ErrEnded error (counted in Late).
+// Output appends the bytes the job wrote, exactly as read from its pipe, to its capture.
+// After the end it keeps nothing and returns an ErrEnded error (counted in Late).
 func (j *Job) Output(p []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -183,12 +197,12 @@ func (j *Job) Output(p []byte) error {
 	if _, err := j.capture.Write(p); err != nil {
 		return fmt.Errorf("output of job %s: %w", j.id, err)
 	}
-	_, _ = j.bounder.Write(p) // never fails before the end
 	return nil
 }
 
 // Finish records the job's one end, as its owner reports it. The first valid end wins:
-// it closes the capture and Done, and Killed is set when a Kill came before it. A later
+// it closes the capture and Done, and Killed is set when a Kill came before it (unless
+// the end is Interrupted: the kill stopped the cell, not its kernel). A later
 // end is ignored (ErrEnded, counted in Late); an invalid end is refused (ErrInvalidEnd)
 // and changes nothing.
 func (j *Job) Finish(end End) error {
@@ -202,7 +216,7 @@ func (j *Job) Finish(end End) error {
 		return fmt.Errorf("finish job %s: %w", j.id, ErrEnded)
 	}
 	e := end.clone()
-	e.Killed = e.Killed || j.killed || j.killing > 0
+	e.Killed = !e.Interrupted && (e.Killed || j.killed || j.killing > 0)
 	j.end, j.endAt = &e, j.clock.Now()
 	_ = j.capture.Close() // a close failure is recorded in the capture's stat
 	j.ended.Store(true)
@@ -252,11 +266,15 @@ func (j *Job) Late() Late {
 	return j.late
 }
 
-// Output so far, bounded by the job's truncation; Where names the job.
+// soFar is the job's output so far (all of it once the job has ended) bounded by its
+// truncation, built from its capture for the caller alone; Where names the job, and
+// Retained the ranges its output reads can still get when not all of it was retained.
+// It reads the capture (and maybe its spill file): the caller must not hold j.mu, which
+// the job's writer needs.
 func (j *Job) soFar() output.Result {
-	r := j.bounder.Snapshot()
+	r, _ := j.capture.Bound(j.trunc) // j.trunc is valid: Table.Start checked it
 	if r.Truncated() {
-		r.Where = "job " + j.id.String() + " (read its output by offset and limit)"
+		r.Where = "job " + j.id.String()
 	}
 	return r
 }
@@ -269,18 +287,21 @@ type Snapshot struct {
 	Started time.Time
 	// End is the job's end, or nil while it runs.
 	End *End
-	// Output is the output so far, bounded by the job's truncation.
+	// Output is the output so far, bounded by the job's truncation: made for this
+	// snapshot from the job's capture (under Off, up to the capture's spill limit).
 	Output output.Result
 }
 
-// Snapshot returns the job's state now.
+// Snapshot returns the job's state now. The output is read after the end: once End is
+// set, Output is the job's whole output (as far as it was retained).
 func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	s := Snapshot{ID: j.id, Command: j.command, PID: j.pid, Started: j.started, Output: j.soFar()}
+	s := Snapshot{ID: j.id, Command: j.command, PID: j.pid, Started: j.started}
 	if j.end != nil {
 		e := j.end.clone()
 		s.End = &e
 	}
+	j.mu.Unlock()
+	s.Output = j.soFar()
 	return s
 }

@@ -155,11 +155,20 @@ func TestPropOneEndPerJob(t *testing.T) {
 			}
 			res := j.Snapshot().Output
 			whole, _ := output.Bound(accepted, tr)
-			if res.TotalBytes != int64(len(accepted)) || res.KeptBytes+res.DroppedBytes != res.TotalBytes || !bytes.Equal(res.Kept, whole.Kept) {
-				t.Fatalf("output %+v, want the window of %q", res, accepted)
+			if res.TotalBytes != int64(len(accepted)) || res.KeptBytes+res.DroppedBytes != res.TotalBytes || res.KeptLines+res.DroppedLines != whole.TotalLines {
+				t.Fatalf("output %+v not conserved for %q", res, accepted)
 			}
-			if tr.IsOff() && res.DroppedBytes != 0 {
-				t.Fatalf("opt-out dropped %d bytes", res.DroppedBytes)
+			// The report is the window of every byte accepted when the bytes it comes
+			// from were retained; else it comes from the retained bytes at its end.
+			if windowRetained(st, tr) {
+				if !bytes.Equal(res.Kept, whole.Kept) || res.KeptLines != whole.KeptLines {
+					t.Fatalf("output %+v, want the window of %q", res, accepted)
+				}
+			} else if !retainedPart(res.Kept, accepted, st, tr) {
+				t.Fatalf("output %+v of %q: the kept bytes are not retained bytes at the window's end (%+v)", res, accepted, st)
+			}
+			if tr.IsOff() && (res.DroppedBytes != 0) != !st.Complete {
+				t.Fatalf("opt-out dropped %d bytes of a capture that retained all: %v", res.DroppedBytes, st.Complete)
 			}
 			if !tr.IsOff() && res.KeptBytes > tr.Limits().Bytes {
 				t.Fatalf("kept %d over the cap", res.KeptBytes)
@@ -214,7 +223,8 @@ func TestFinishRefusesImpossibleEnds(t *testing.T) {
 	tb := newTable(t, TableOptions{})
 	j := startJob(t, tb, Spec{Command: "x"})
 	code := 1
-	for _, e := range []End{Exited(-1), Exited(256), Signaled(-2), Signaled(200), {ExitCode: &code, Signal: 9}} {
+	for _, e := range []End{Exited(-1), Exited(256), Signaled(-2), Signaled(200), {ExitCode: &code, Signal: 9},
+		{Interrupted: true, Signal: 2}, {Interrupted: true, ExitCode: &code}, {Interrupted: true, Killed: true}} {
 		if err := j.Finish(e); !errors.Is(err, ErrInvalidEnd) {
 			t.Errorf("Finish(%+v) = %v, want ErrInvalidEnd", e, err)
 		}
@@ -275,4 +285,49 @@ func TestWrittenBeforeDetachIsCounted(t *testing.T) {
 	if page, err := j.Capture().ReadPage(0, 100); err != nil || string(page.Data) != "before\nafter\n" {
 		t.Fatalf("capture = %q, %v", page.Data, err)
 	}
+}
+
+func TestAnInterruptedJobIsNotKilledEvenAfterAKill(t *testing.T) {
+	tb := newTable(t, TableOptions{})
+	killed := make(chan struct{})
+	j := startJob(t, tb, Spec{Command: "x", Owner: OwnerFunc(func(context.Context) error { close(killed); return nil })})
+	if err := j.Kill(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-killed
+	if err := j.Finish(Interrupted()); err != nil {
+		t.Fatal(err)
+	}
+	end, _ := j.End()
+	if !end.Interrupted || end.Killed || end.Signal != 0 || end.ExitCode != nil || end.String() != "interrupted" {
+		t.Fatalf("end of an interrupted job after a kill: %+v (%v)", end, end)
+	}
+}
+
+// windowRetained reports whether the bytes the window of tr comes from (all, or the first
+// or last Bytes+1) are retained in a capture of stat st.
+func windowRetained(st output.CaptureStat, tr output.Truncation) bool {
+	if st.Complete {
+		return true
+	}
+	if tr.IsOff() {
+		return false
+	}
+	l := tr.Limits()
+	n := min(st.Seen, l.Bytes+1)
+	if l.Keep == output.Head {
+		return n <= st.Retained
+	}
+	return st.Seen-n >= st.TailFrom
+}
+
+// retainedPart reports whether kept is a run of text's bytes within what st retained, at
+// the end tr keeps: from the start within [0, Retained) (head, off), or ending at the
+// end within [TailFrom, Seen) (tail).
+func retainedPart(kept, text []byte, st output.CaptureStat, tr output.Truncation) bool {
+	n := int64(len(kept))
+	if tr.IsOff() || tr.Limits().Keep == output.Head {
+		return n <= st.Retained && bytes.Equal(kept, text[:n])
+	}
+	return n <= st.Seen-st.TailFrom && bytes.HasSuffix(text, kept)
 }

@@ -96,8 +96,7 @@ func (t *Table) Start(spec Spec) (*Job, error) {
 	case spec.PID < 0:
 		return nil, fmt.Errorf("start job: pid %d: %w", spec.PID, ErrInvalidPID)
 	}
-	bounder, err := output.NewBounder(tr, output.BounderOptions{})
-	if err != nil {
+	if err := tr.Validate(); err != nil {
 		return nil, fmt.Errorf("start job: %w", err)
 	}
 	capture := t.captures.New()
@@ -109,11 +108,10 @@ func (t *Table) Start(spec Spec) (*Job, error) {
 		capture: capture,
 		done:    make(chan struct{}),
 		pid:     spec.PID,
-		bounder: bounder,
+		trunc:   tr,
 	}
 	if len(spec.Written) > 0 {
 		_, _ = capture.Write(spec.Written)
-		_, _ = bounder.Write(spec.Written)
 	}
 
 	t.mu.Lock()

@@ -82,18 +82,19 @@ func Wait(ctx context.Context, j *Job, deadline time.Time) Outcome {
 	return j.detached(nil)
 }
 
-// settled returns Settled when the job's end was recorded before deadline.
+// settled returns Settled when the job's end was recorded before deadline. The output
+// is read once the end is known, so it is the job's whole output.
 func (j *Job) settled(deadline time.Time) (Outcome, bool) {
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	if j.end == nil || !j.endAt.Before(deadline) {
+		j.mu.Unlock()
 		return nil, false
 	}
-	return Settled{ID: j.id, End: j.end.clone(), Output: j.soFar()}, true
+	end := j.end.clone()
+	j.mu.Unlock()
+	return Settled{ID: j.id, End: end, Output: j.soFar()}, true
 }
 
 func (j *Job) detached(err error) Outcome {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	return Detached{ID: j.id, Output: j.soFar(), Err: err}
 }

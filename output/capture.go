@@ -1,6 +1,7 @@
 package output
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"sync"
@@ -36,10 +37,12 @@ type CaptureOptions struct {
 // prefix it spills to a private (0600) file holding every byte from offset 0 up to
 // SpillLimit. Seen counts every byte written.
 //
-// Write is never held up by readers: a reader holds the capture's lock only to copy at
-// most one page from memory, and reads the spill file outside it. Writes may come from
-// several goroutines; they are applied in the order they take the lock. ReadPage, Stat and
-// Save may be called at any time from any goroutine, also while writes go on.
+// Write is never held up by readers: a reader holds the capture's lock only to copy
+// bytes of the in-memory tail (at most one page, or the tail for Bound); it copies the
+// prefix (whose bytes never change) and reads the spill file outside it. Writes may come
+// from several goroutines; they are applied in the order they take the lock. ReadPage,
+// Bound, Stat and Save may be called at any time from any goroutine, also while writes go
+// on.
 //
 // A spill failure (create or write) does not stop the writer: it is recorded, the spill
 // file is removed, and pages beyond the retained prefix (and Save) then refuse.
@@ -52,6 +55,8 @@ type Capture struct {
 
 	mu        sync.Mutex // guards what follows
 	seen      int64
+	newlines  int64  // '\n' bytes in [0, seen)
+	last      byte   // the byte at seen-1
 	prefix    []byte // bytes [0, len(prefix)); appended to only
 	ring      []byte // bytes [max(prefixCap, seen-tailCap), seen) at (off-prefixCap)%tailCap
 	spillPath string
@@ -127,6 +132,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	end := start + int64(len(p))
+	newlines := int64(bytes.Count(p, []byte{'\n'})) // counted outside c.mu
 
 	// Disk first, outside c.mu: readers only ever see spilled bytes that are written.
 	spilled, spillPath := int64(-1), ""
@@ -159,6 +165,14 @@ func (c *Capture) Write(p []byte) (int, error) {
 	}
 	if start < c.prefixCap {
 		n := min(end, c.prefixCap) - start
+		if need := int64(len(c.prefix)) + n; need > int64(cap(c.prefix)) {
+			// Grow as append would, but never past the prefix cap: what a capture holds
+			// is its prefix and its tail, not a doubling's slack. The old array stays
+			// valid for readers that took it (its bytes never change).
+			grown := make([]byte, len(c.prefix), min(max(need, 2*int64(cap(c.prefix))), c.prefixCap))
+			copy(grown, c.prefix)
+			c.prefix = grown
+		}
 		c.prefix = append(c.prefix, p[:n]...)
 	}
 	if end > c.prefixCap && c.tailCap > 0 {
@@ -175,6 +189,8 @@ func (c *Capture) Write(p []byte) (int, error) {
 		}
 	}
 	c.seen = end
+	c.newlines += newlines
+	c.last = p[len(p)-1]
 	return len(p), nil
 }
 
@@ -243,6 +259,9 @@ func (c *Capture) Close() error {
 type CaptureStat struct {
 	// Seen counts every byte written.
 	Seen int64
+	// Lines counts the lines written: the '\n' bytes, plus one for a last line without
+	// '\n'.
+	Lines int64
 	// Closed reports that writing has ended.
 	Closed bool
 	// Retained is the readable prefix [0, Retained): the memory prefix, or the spill file
@@ -267,7 +286,10 @@ func (c *Capture) Stat() CaptureStat {
 }
 
 func (c *Capture) statLocked() CaptureStat {
-	s := CaptureStat{Seen: c.seen, Closed: c.closed, SpillPath: c.spillPath, SpillErr: c.spillErr}
+	s := CaptureStat{Seen: c.seen, Lines: c.newlines, Closed: c.closed, SpillPath: c.spillPath, SpillErr: c.spillErr}
+	if c.seen > 0 && c.last != '\n' {
+		s.Lines++
+	}
 	s.Retained = int64(len(c.prefix))
 	if c.spillErr == nil && c.spilled > s.Retained {
 		s.Retained = c.spilled

@@ -32,7 +32,7 @@ type Page struct {
 // file that is missing or shorter than what was written to it is ErrSpillLost.
 //
 // ReadPage may run while writes go on; it holds the capture's lock only to copy bytes
-// from memory.
+// from the in-memory tail.
 func (c *Capture) ReadPage(offset, limit int64) (Page, error) {
 	refuse := func(class error, detail string, use *Span) (Page, error) {
 		return Page{}, &ReadError{Op: "read", Offset: offset, Limit: limit, Err: class, Detail: detail, Use: use}
@@ -62,32 +62,53 @@ func (c *Capture) ReadPage(offset, limit int64) (Page, error) {
 	page := Page{Offset: offset, Seen: st.Seen, Data: make([]byte, end-offset)}
 	page.EOF = end == st.Seen && st.Closed
 	page.More = end == st.Seen && !st.Closed
+	plen := int64(len(c.prefixOf(st)))
+	rest := c.copyLocked(st, offset, page.Data)
+	c.mu.Unlock()
 
-	// [offset, end) = memory prefix, then spill, then ring.
-	plen := int64(len(c.prefix))
-	ringFrom := max(st.TailFrom, plen)
-	if offset < plen {
-		copy(page.Data, c.prefix[offset:min(end, plen)])
+	if err := rest(); err != nil {
+		return refuse(ErrSpillLost, err.Error(), &Span{0, min(plen, MaxPage)})
 	}
+	return page, nil
+}
+
+// copyLocked fills dst with the bytes [off, off+len(dst)) of the output, a range the
+// caller checked is retained by st, the stat it took under c.mu, which it still holds.
+// The tail's part (at most TailBytes, which later writes overwrite) is copied at once; the
+// prefix's part (bytes that never change) and the spill file's part are copied by the
+// returned function, which the caller runs once c.mu is released. Its error is the spill
+// file's.
+func (c *Capture) copyLocked(st CaptureStat, off int64, dst []byte) func() error {
+	end := off + int64(len(dst))
+	prefix := c.prefixOf(st)
+	plen := int64(len(prefix))
+	ringFrom := max(st.TailFrom, plen)
 	if end > ringFrom {
-		from := max(offset, ringFrom)
-		dst := page.Data[from-offset:]
+		from := max(off, ringFrom)
+		d := dst[from-off:]
 		pos := (from - c.prefixCap) % c.tailCap
-		for len(dst) > 0 {
-			n := copy(dst, c.ring[pos:])
-			dst = dst[n:]
+		for len(d) > 0 {
+			n := copy(d, c.ring[pos:])
+			d = d[n:]
 			pos = 0
 		}
 	}
 	spillPath := c.spillPath
-	c.mu.Unlock()
-
-	if from, to := max(offset, plen), min(end, ringFrom); from < to {
-		if err := readSpill(spillPath, page.Data[from-offset:to-offset], from); err != nil {
-			return refuse(ErrSpillLost, err.Error(), &Span{0, min(plen, MaxPage)})
+	return func() error {
+		if off < plen {
+			copy(dst, prefix[off:min(end, plen)])
 		}
+		if from, to := max(off, plen), min(end, ringFrom); from < to {
+			return readSpill(spillPath, dst[from-off:to-off], from)
+		}
+		return nil
 	}
-	return page, nil
+}
+
+// prefixOf is the memory prefix as of st: its bytes never change. The caller holds c.mu.
+func (c *Capture) prefixOf(st CaptureStat) []byte {
+	n := min(int64(len(c.prefix)), st.Seen)
+	return c.prefix[:n:n]
 }
 
 // lostDetail describes the lost bytes a read at offset would cross and names a read that

@@ -15,8 +15,11 @@
 // 64 KiB once there is more, and a private spill file with every byte from offset 0 up to
 // 16 MiB. It is read in pages of at most 64 KiB by byte offset, also while it is written;
 // a read that asks for more, or that would cross bytes that were not retained, is refused
-// with a *ReadError naming a read that works, never shortened. Save writes the exact bytes
-// to a file atomically. Prune removes old spill files. Captures makes the captures of one
+// with a *ReadError naming a read that works, never shortened. Bound makes a report of
+// it under a Truncation for one caller (the capture keeps none, so its memory stays its
+// head and tail, even under Off; Off then keeps what was retained and counts the rest as
+// dropped, and the report's Retained names the ranges that can still be read). Save
+// writes the exact bytes to a file atomically. Prune removes old spill files. Captures makes the captures of one
 // set of options, checked once (a job table makes one per job).
 //
 // Files go only into directories that PrepareDir accepts: 0700 and owned by the user.

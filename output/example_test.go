@@ -35,3 +35,22 @@ func ExampleCapture_ReadPage() {
 	// read offset=0 limit=100000: read at most 65536 bytes: use offset=0 limit=65536
 	// 34464 true false
 }
+
+func ExampleCapture_Bound() {
+	// Tiny sizes: 8 bytes kept from the start, the last 4, and no spill file.
+	c, err := output.NewCapture(output.CaptureOptions{PrefixBytes: 8, TailBytes: 4})
+	if err != nil {
+		panic(err)
+	}
+	c.Write([]byte("one\ntwo\nthree\nfour\n"))
+	c.Close()
+	r, err := c.Bound(output.Off())
+	if err != nil {
+		panic(err)
+	}
+	r.Where = "job j1"
+	fmt.Printf("%q\n%s\n", r.Kept, r.Notice())
+	// Output:
+	// "one\ntwo\n"
+	// [output not retained whole (truncation is off): kept the first 8 of 19 bytes (2 of 4 lines); dropped 11 bytes (2 lines); retained: job j1, bytes 0-7 and the last 4 bytes (15-18) of 19]
+}

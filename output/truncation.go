@@ -71,7 +71,9 @@ type Truncation struct {
 func On(l Limits) Truncation { return Truncation{limits: l} }
 
 // Off returns the explicit opt-out: every byte is kept, nothing is dropped and no artifact
-// is written. Memory then grows with the output: Off is for callers that asked for it.
+// is written. A Bounder's memory then grows with the output: Off is for callers that
+// asked for it. A Capture's report (Capture.Bound) under Off keeps every byte the capture
+// retained, and counts the rest as dropped.
 func Off() Truncation { return Truncation{off: true} }
 
 // Default returns On with the default limits; it equals the zero Truncation.

@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/kennel-dev/kennel/internal/reaper"
 )
@@ -21,9 +19,9 @@ func main() {
 	// this never returns.
 	reaper.Main()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, stop := withSignals(context.Background())
 	err := newRootCmd().ExecuteContext(ctx)
+	stop()
 	os.Exit(exitCode(err))
 }
 

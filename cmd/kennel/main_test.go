@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 
@@ -24,7 +25,7 @@ import (
 const envRunMain = "KENNEL_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
-	if reaper.Main() {
+	if reaper.Main() || fakekernel.Main() {
 		return
 	}
 	if os.Getenv(envRunMain) == "1" {

@@ -45,7 +45,9 @@ func newRunCmd() *cobra.Command {
 Each -c is one cell; a FILE is one cell; "-" reads cells from stdin, separated by lines
 that start with "# %%" (the percent format editors use). Cells share one namespace; the
 value of a cell's last expression is printed. A failing cell prints its traceback and
-kennel exits 1; Ctrl-C interrupts the running cell and kennel exits 130.
+kennel exits 1. Ctrl-C (SIGINT) or SIGTERM interrupts the running cell; a kernel that does
+not stop within 5 s is killed; kennel exits 130 (SIGTERM: 143). A second signal kills the
+kernel at once.
 
 With --sh, kennel runs CMD with /bin/sh -c inside the sandbox as a job instead, and
 prints its output (stdout and stderr together) as it arrives, bounded like every job's:
@@ -236,12 +238,13 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 		return err
 	}
 	defer end()
+	stopOnHardSignal(ctx, s)
 	sink := controller.WriterSink{Stdout: stdout, Stderr: stderr}
 	for _, code := range cells {
 		res, err := s.Execute(ctx, code, sink)
 		if err != nil {
 			if ctx.Err() != nil {
-				return &exitError{code: 130, msg: "interrupted"}
+				return interrupted(ctx, "interrupted")
 			}
 			return err
 		}
@@ -252,7 +255,7 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 			}
 		case "interrupted":
 			fmt.Fprintln(stderr, "KeyboardInterrupt")
-			return &exitError{code: 130}
+			return interrupted(ctx, "")
 		default:
 			if res.Error != nil {
 				fmt.Fprint(stderr, strings.TrimRight(res.Error.Traceback, "\n")+"\n")
@@ -260,10 +263,29 @@ func runCells(ctx context.Context, f runFlags, cells []string, stdout, stderr io
 			return &exitError{code: 1}
 		}
 		if ctx.Err() != nil {
-			return &exitError{code: 130, msg: "interrupted"}
+			return interrupted(ctx, "interrupted")
 		}
 	}
 	return nil
+}
+
+// stopOnHardSignal kills s at once when a second signal comes (see withSignals), so a
+// cell whose kernel ignores its interrupt or does not read does not keep kennel waiting
+// for the interrupt grace.
+func stopOnHardSignal(ctx context.Context, s *controller.Session) {
+	hard := hardStop(ctx)
+	if hard == nil {
+		return
+	}
+	go func() {
+		select {
+		case <-hard:
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = s.Kill(kctx, context.Cause(ctx))
+		case <-s.Done():
+		}
+	}()
 }
 
 // runShell runs f.sh as a job in a fresh local session: it prints the job's output as it
@@ -276,6 +298,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer end()
+	stopOnHardSignal(ctx, s)
 	job, err := s.RunJob(ctx, f.sh, controller.JobOptions{})
 	if err != nil {
 		return err
@@ -302,7 +325,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 			break
 		}
 		if ctx.Err() != nil {
-			return killShell(s, job, follow, stderr)
+			return killShell(ctx, s, job, follow, stderr)
 		}
 		if !detached && time.Since(started) >= f.budget {
 			detached = true
@@ -317,7 +340,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 }
 
 // killShell kills the job after Ctrl-C, waits for its end a while and prints what it kept.
-func killShell(s *controller.Session, job *jobs.Job, follow *controller.OutputFollower, stderr io.Writer) error {
+func killShell(sigCtx context.Context, s *controller.Session, job *jobs.Job, follow *controller.OutputFollower, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := s.KillJob(ctx, job.ID()); err != nil {
@@ -330,7 +353,7 @@ func killShell(s *controller.Session, job *jobs.Job, follow *controller.OutputFo
 			printNotice(ctx, s, st, stderr)
 		}
 	}
-	return &exitError{code: 130, msg: "interrupted: job " + job.ID().String() + " killed"}
+	return interrupted(sigCtx, "interrupted: job "+job.ID().String()+" killed")
 }
 
 // printNotice prints the truncation notice of a settled job, naming the file its full

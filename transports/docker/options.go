@@ -106,9 +106,10 @@ type Options struct {
 	StopGrace time.Duration
 }
 
-// userFor returns the kernel's user for a start whose working directory is dir
-// (a sandbox path), per Options.User's documented default.
-func (o Options) userFor(dir string) string {
+// UserFor returns the kernel's user for a start whose working directory is dir (a
+// sandbox path): User, or its documented default. The session assembly gives fs.write's
+// files to this user (when numeric), as the kernel's own writes belong to it.
+func (o Options) UserFor(dir string) string {
 	if o.User != "" {
 		return o.User
 	}

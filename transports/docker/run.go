@@ -24,7 +24,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	labels[LabelSession] = spec.SessionID
 	cfg := &container.Config{
 		Image:        image,
-		User:         o.userFor(spec.Dir),
+		User:         o.UserFor(spec.Dir),
 		Env:          kernelEnv(t.defaultEnv(b), append(append([]string(nil), spec.Env...), images.EnvOwner+"=stdin")),
 		WorkingDir:   spec.Dir,
 		AttachStdin:  true,
