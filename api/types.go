@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
+
+	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // MediaNDJSON is the Accept value that asks POST /sessions/{id}/cells to stream the cell's
@@ -26,54 +28,31 @@ type CreateSession struct {
 	Limits *Limits `json:"limits,omitempty"`
 }
 
-// NULField names, by its JSON path ("cwd", "transport.argv_prefix[1]",
-// "transport.path_map[0].host"), the first string of c that becomes a path or a program
-// argument and holds a NUL byte, which no path or argument can hold; "" when none does.
+// NULField names, by its JSON path, the first string of c that becomes a path and holds
+// a NUL byte, which no path can hold ("cwd"); "" when none does. The transport's fields
+// are checked by its own decoding (sessionspec.Decode), which names the bad field.
 func (c CreateSession) NULField() string {
 	if hasNUL(c.Cwd) {
 		return "cwd"
-	}
-	if t := c.Transport; t != nil {
-		for i, a := range t.ArgvPrefix {
-			if hasNUL(a) {
-				return fmt.Sprintf("transport.argv_prefix[%d]", i)
-			}
-		}
-		if hasNUL(t.Python) {
-			return "transport.python"
-		}
-		for i, m := range t.PathMap {
-			switch {
-			case hasNUL(m.Sandbox):
-				return fmt.Sprintf("transport.path_map[%d].sandbox", i)
-			case hasNUL(m.Host):
-				return fmt.Sprintf("transport.path_map[%d].host", i)
-			}
-		}
 	}
 	return ""
 }
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
-// Transport names a kernel transport and its parameters.
-type Transport struct {
-	// Kind is "local" or "wrapped".
-	Kind string `json:"kind"`
-	// ArgvPrefix is the wrapper command of a wrapped transport.
-	ArgvPrefix []string `json:"argv_prefix,omitempty"`
-	// Python is the interpreter inside the sandbox ("" : python3).
-	Python string `json:"python,omitempty"`
-	// PathMap lists the shared mounts; empty maps Cwd to itself.
-	PathMap []Mount `json:"path_map,omitempty"`
-}
+// Transport says where a session's kernel runs: the one description of package
+// sessionspec (the kernelTransport setting's form), checked as it is decoded.
+type Transport = sessionspec.Transport
 
-// Mount is one host directory seen inside the sandbox.
-type Mount struct {
-	Sandbox  string `json:"sandbox"`
-	Host     string `json:"host"`
-	ReadOnly bool   `json:"read_only,omitempty"`
-}
+// Local, Docker and SSH are the kinds' own fields of a Transport.
+type (
+	Local  = sessionspec.Local
+	Docker = sessionspec.Docker
+	SSH    = sessionspec.SSH
+)
+
+// Mount is one host directory seen inside the sandbox (sandbox, host, readOnly).
+type Mount = pathmap.Mount
 
 // Limits bound what a session's cells and jobs report.
 type Limits struct {

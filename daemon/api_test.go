@@ -18,6 +18,8 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/launch"
+	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports"
 )
 
@@ -123,14 +125,15 @@ func (c *countingTransport) Start(ctx context.Context, spec transports.Spec) (tr
 
 func TestObservationStartsNoKernelAndListsRunningJobs(t *testing.T) {
 	var ct *countingTransport
-	def := daemon.DefaultSetup()
-	r := serve(t, daemon.Options{Setup: func(ctx context.Context, cwd string, req *api.Transport) (*daemon.Setup, error) {
-		s, err := def(ctx, cwd, req)
+	kit := launch.New(launch.Options{})
+	t.Cleanup(func() { _ = kit.Close() })
+	r := serve(t, daemon.Options{Kit: kit, Assemble: func(ctx context.Context, spec *sessionspec.Transport, cwd string) (*launch.Parts, error) {
+		p, err := kit.Assemble(ctx, spec, cwd)
 		if err == nil {
-			ct = &countingTransport{Transport: s.Transport}
-			s.Transport = ct
+			ct = &countingTransport{Transport: p.Transport}
+			p.Transport = ct
 		}
-		return s, err
+		return p, err
 	}})
 	ctx := context.Background()
 	s := r.newSession(t)

@@ -21,6 +21,10 @@ func (s *Server) handleChild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if parent.remote {
+		writeError(w, fmt.Errorf("session %s: %w: its files are on its ssh host; a child workspace is a copy on this machine", parent.id, errConflict))
+		return
+	}
 	ctx := context.WithoutCancel(r.Context())
 	ws, err := workspaces.Create(ctx, parent.cwd, workspaces.CreateOptions{State: s.opts.StateDir, ID: req.ID, Logger: s.log})
 	if err != nil {
@@ -31,7 +35,7 @@ func (s *Server) handleChild(w http.ResponseWriter, r *http.Request) {
 	if req.Limits != nil {
 		creq.Limits = req.Limits
 	}
-	e, err := s.startSession(ctx, creq, parent.id, ws.Dir)
+	e, err := s.startSession(ctx, creq, parent.spec, parent.id, ws.Dir)
 	if err != nil {
 		_ = os.RemoveAll(ws.Dir)
 		writeError(w, err)

@@ -9,10 +9,12 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/wrapped"
@@ -24,6 +26,9 @@ var errInvalid = errors.New("invalid request")
 
 // errNotFound is the class of a session, job or child that does not exist.
 var errNotFound = errors.New("not found")
+
+// errConflict is the class of a request the state of a session refuses.
+var errConflict = errdefs.ErrConflict
 
 // toAPI turns an error into the API's error: the code by class (errors.Is), the status,
 // and the message.
@@ -56,11 +61,12 @@ func toAPI(err error) *api.Error {
 	case errors.Is(err, errInvalid), errors.Is(err, controller.ErrInvalidCommand),
 		errors.Is(err, output.ErrInvalidLimits), errors.Is(err, jobs.ErrInvalidID),
 		errors.Is(err, workspaces.ErrInvalidID), errors.Is(err, local.ErrInvalidSpec),
-		errors.Is(err, wrapped.ErrInvalidSpec), errors.Is(err, syscall.ENAMETOOLONG):
+		errors.Is(err, wrapped.ErrInvalidSpec), errors.Is(err, syscall.ENAMETOOLONG),
+		errdefs.IsInvalidArgument(err), errors.Is(err, pathmap.ErrInvalid), errors.Is(err, pathmap.ErrNotFound):
 		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
 	case errors.Is(err, jobs.ErrEnded), errors.Is(err, controller.ErrClosed),
 		errors.Is(err, workspaces.ErrExists), errors.Is(err, errShuttingDown),
-		errors.Is(err, workspaces.ErrTooManyFiles):
+		errors.Is(err, workspaces.ErrTooManyFiles), errdefs.IsConflict(err):
 		e.Status, e.Code = http.StatusConflict, api.CodeConflict
 	case errors.Is(err, transports.ErrUnavailable), errors.Is(err, controller.ErrKernelExited),
 		errors.Is(err, controller.ErrStale), errors.Is(err, controller.ErrStdinStalled):

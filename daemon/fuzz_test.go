@@ -12,6 +12,8 @@ import (
 
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/launch"
+	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports"
 )
 
@@ -21,7 +23,7 @@ import (
 func FuzzAPIRequest(f *testing.F) {
 	srv, err := daemon.New(daemon.Options{
 		Socket: "/nonexistent/k.sock", StateDir: filepath.Join(f.TempDir(), "state"),
-		Setup: func(context.Context, string, *api.Transport) (*daemon.Setup, error) {
+		Assemble: func(context.Context, *sessionspec.Transport, string) (*launch.Parts, error) {
 			return nil, fmt.Errorf("no kernels in this test: %w", transports.ErrUnavailable)
 		},
 	})
@@ -33,7 +35,9 @@ func FuzzAPIRequest(f *testing.F) {
 		{"POST", "/sessions", `{"cwd":"/tmp"}`},
 		{"POST", "/sessions", `{"cwd":""}`},
 		{"POST", "/sessions", `{"cwd":"/tmp","limits":{"keep":"middle"}}`},
-		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"kind":"wrapped"}}`},
+		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"argvPrefix":[]}}`},
+		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"docker":{"memory":"lots"},"ssh":{}}}`},
+		{"POST", "/sessions", `{"transport":{"ssh":{"target":"h","dir":"/srv"}}}`},
 		{"POST", "/sessions", `{"cwd":1}`},
 		{"POST", "/sessions", `{} {}`},
 		{"GET", "/sessions/x", ""},
@@ -44,7 +48,7 @@ func FuzzAPIRequest(f *testing.F) {
 		{"DELETE", "/sessions/%2e%2e", ""},
 		{"POST", "/sessions", "{\"cwd\":\"/tmp/\\u0000\"}"},
 		{"POST", "/sessions", `{"cwd":"/` + strings.Repeat("x", 5000) + `"}`},
-		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"kind":"wrapped","argv_prefix":["a\u0000"]}}`},
+		{"POST", "/sessions", `{"cwd":"/tmp","transport":{"argvPrefix":["a\u0000"]}}`},
 		{"POST", "/sessions", `{"cwd":"/tmp"} ]`},
 		{"PUT", "/sessions", ""},
 		{"HEAD", "/sessions", ""},

@@ -319,9 +319,10 @@ func TestNULInAPathFieldIsInvalid(t *testing.T) {
 		field string
 	}{
 		{api.CreateSession{Cwd: dir + "/\x00x"}, "cwd"},
-		{api.CreateSession{Cwd: dir, Transport: &api.Transport{Kind: "wrapped", ArgvPrefix: []string{"env", "a\x00b"}}}, "transport.argv_prefix[1]"},
-		{api.CreateSession{Cwd: dir, Transport: &api.Transport{Kind: "wrapped", ArgvPrefix: []string{"env"}, Python: "py\x00"}}, "transport.python"},
-		{api.CreateSession{Cwd: dir, Transport: &api.Transport{Kind: "wrapped", ArgvPrefix: []string{"env"}, PathMap: []api.Mount{{Sandbox: "/w", Host: dir + "\x00"}}}}, "transport.path_map[0].host"},
+		{api.CreateSession{Cwd: dir, Transport: &api.Transport{ArgvPrefix: []string{"env", "a\x00b"}}}, "transport argvPrefix[1]"},
+		{api.CreateSession{Cwd: dir, Transport: &api.Transport{ArgvPrefix: []string{"env"}, Python: "py\x00"}}, "transport python"},
+		{api.CreateSession{Cwd: dir, Transport: &api.Transport{ArgvPrefix: []string{"env"}, PathMap: []api.Mount{{Sandbox: "/w", Host: dir + "\x00"}}}}, "transport pathMap[0].host"},
+		{api.CreateSession{Cwd: dir, Transport: &api.Transport{Docker: &api.Docker{Image: "i\x00"}}}, "transport docker.image"},
 	} {
 		_, err := r.c.CreateSession(ctx, tc.req, client.CreateOptions{})
 		var ae *api.Error

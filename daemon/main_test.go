@@ -13,11 +13,12 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
 )
 
 func TestMain(m *testing.M) {
-	if reaper.Main() {
+	if reaper.Main() || fakekernel.Main() {
 		return
 	}
 	if v := os.Getenv(apiClientEnv); v != "" {

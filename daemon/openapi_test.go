@@ -280,7 +280,7 @@ func TestEveryReplyIsInTheOpenAPIDocument(t *testing.T) {
 
 	// Creates: refused ones first, then one by key, repeated.
 	for _, ex := range []exchange{
-		{body: js(`{}`), valid: false, status: 400},
+		{body: js(`{}`), valid: true, status: 400},
 		{body: js(`{"cwd":""}`), valid: true, status: 400},
 		{body: js(`{"cwd":"relative/dir"}`), valid: true, status: 400},
 		{body: js(`{"cwd":%s}`, quote(filepath.Join(dir, "gone"))), valid: true, status: 400},
@@ -290,12 +290,17 @@ func TestEveryReplyIsInTheOpenAPIDocument(t *testing.T) {
 		{body: js(`{"cwd":`), valid: false, status: 400},
 		{body: js(`{"cwd":%s} {}`, quote(dir)), valid: false, status: 400},
 		{body: js(`{"cwd":%s,"limits":{"keep":"middle"}}`, quote(dir)), valid: false, status: 400},
-		{body: js(`{"cwd":%s,"transport":{"kind":"wrapped"}}`, quote(dir)), valid: true, status: 400},
-		{body: js(`{"cwd":%s,"transport":{"kind":"wrapped","argv_prefix":["env","a\u0000b"]}}`, quote(dir)), valid: false, status: 400},
+		{body: js(`{"cwd":%s,"transport":{}}`, quote(dir)), valid: true, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"argvPrefix":[]}}`, quote(dir)), valid: false, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"kind":"wrapped"}}`, quote(dir)), valid: false, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"argvPrefix":["env","a\u0000b"]}}`, quote(dir)), valid: false, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"docker":{"network":"host"}}}`, quote(dir)), valid: true, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"local":{},"docker":{}}}`, quote(dir)), valid: true, status: 400},
+		{body: js(`{"cwd":%s,"transport":{"ssh":{"target":"h"}}}`, quote(dir)), valid: true, status: 400},
 		{body: js(`{"cwd":%s}`, quote(big)), valid: true, status: 413},
 		{body: js(`{"cwd":%s}`, quote(dir)), header: hdr(api.HeaderIdempotencyKey, strings.Repeat("k", 300)), valid: false, status: 400},
 		// A kernel that cannot start: its wrapper exits at once.
-		{body: js(`{"cwd":%s,"transport":{"kind":"wrapped","argv_prefix":["false"]}}`, quote(dir)), valid: true, status: 503},
+		{body: js(`{"cwd":%s,"transport":{"argvPrefix":["false"]}}`, quote(dir)), valid: true, status: 503},
 	} {
 		ex.method, ex.target = "POST", "/sessions"
 		v.do(t, ex)

@@ -10,6 +10,7 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // entry is one session the daemon owns.
@@ -20,6 +21,8 @@ type entry struct {
 	cwd       string
 	transport string // the kind asked for, for metrics before a kernel runs
 	req       api.CreateSession
+	spec      *sessionspec.Transport // the transport assembled (req's, or the default one)
+	remote    bool                   // cwd is on the kernel's host (ssh), not this machine
 	created   time.Time
 	parent    string // the parent session of a child
 	wsDir     string // a child's workspace directory

@@ -13,7 +13,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/launch"
+	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // Options configure a Server. Every zero value is documented and usable.
@@ -23,8 +27,15 @@ type Options struct {
 	// StateDir is the daemon's private state directory (job output spills, workspaces).
 	// Empty means DefaultStateDir(os.Getenv).
 	StateDir string
-	// Setup builds each session's kernel transport. Nil means DefaultSetup().
-	Setup SetupFunc
+	// Kit assembles sessions and holds what they share (the engine client, ssh
+	// connections). Nil means a Kit of the server's own (launch.New with zero options),
+	// closed when the server shuts down; a Kit given here is the caller's to close.
+	Kit *launch.Kit
+	// Assemble is the session assembly. Nil means Kit.Assemble.
+	Assemble AssembleFunc
+	// Default gives the transport of a session created without one. Nil means a local
+	// kernel; kennel serve passes FromSettings.
+	Default DefaultFunc
 	// Logger receives the daemon's diagnostics (refused peers, sessions' warnings). Nil
 	// discards them.
 	Logger *slog.Logger
@@ -118,6 +129,8 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler // the routes behind the router and the body deadline
 
+	ownKit bool // opts.Kit is the server's own, closed at shutdown
+
 	mu       sync.Mutex
 	listener net.Listener
 	http     *http.Server
@@ -133,8 +146,15 @@ func New(opts Options) (*Server, error) {
 	if opts.StateDir == "" {
 		opts.StateDir = DefaultStateDir(os.Getenv)
 	}
-	if opts.Setup == nil {
-		opts.Setup = DefaultSetup()
+	ownKit := opts.Kit == nil
+	if ownKit {
+		opts.Kit = launch.New(launch.Options{})
+	}
+	if opts.Assemble == nil {
+		opts.Assemble = opts.Kit.Assemble
+	}
+	if opts.Default == nil {
+		opts.Default = func(string) (*sessionspec.Transport, []string, error) { return nil, nil, nil }
 	}
 	if opts.StopWait == 0 {
 		opts.StopWait = 15 * time.Second
@@ -164,7 +184,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
-	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry()}
+	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry(), ownKit: ownKit}
 	s.metrics = newMetrics(s.reg, log)
 	s.handler = bodyDeadline(newRouter(s.routes()), opts.Timeouts.Body)
 	return s, nil
@@ -212,6 +232,7 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	s.served, s.listener, s.http = true, l, hs
 	s.mu.Unlock()
 
+	s.sweep(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(stallListener{Listener: pl, stall: s.opts.Timeouts.WriteStall}) }()
 	select {
@@ -261,12 +282,45 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 	wg.Wait()
 	<-done
+	if s.ownKit {
+		if err := s.opts.Kit.Close(); err != nil {
+			s.log.Warn("closing the session kit", "err", err)
+		}
+	}
 	if l != nil {
 		_ = l.Close()
 		if ul, ok := l.(*net.UnixListener); ok {
 			_ = os.Remove(ul.Addr().String())
 		}
 	}
+}
+
+// dockerSweepTimeout bounds the Docker sweep at a daemon's start.
+const dockerSweepTimeout = 30 * time.Second
+
+// sweep removes what sessions the daemon no longer has left behind, before it serves:
+// their spill files (controller.SweepOutput; a daemon starts with no session), and, in
+// the background, the Docker containers of controllers of this host that are gone (with
+// no engine reachable this is a debug line, not a failure).
+func (s *Server) sweep(ctx context.Context) {
+	if n, err := controller.SweepOutput(s.opts.StateDir, nil); err != nil {
+		s.log.Warn("removing the spill files of sessions gone", "removed", n, "err", err)
+	} else if n > 0 {
+		s.log.Info("removed the spill files of sessions gone", "sessions", n)
+	}
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dockerSweepTimeout)
+		defer cancel()
+		res, err := s.opts.Kit.SweepDocker(sctx)
+		switch {
+		case errors.Is(err, transports.ErrUnavailable):
+			s.log.Debug("docker sweep skipped: no engine", "err", err)
+		case err != nil:
+			s.log.Warn("docker sweep", "err", err)
+		case len(res.Removed) > 0:
+			s.log.Info("docker sweep: removed the containers of controllers that are gone", "removed", len(res.Removed), "kept", res.Kept)
+		}
+	}()
 }
 
 // endSession closes e's session and frees its setup; the metrics count its jobs' bytes.

@@ -11,6 +11,7 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // startTimeout bounds a session's start; the start runs apart from the request's context,
@@ -42,55 +43,70 @@ func truncation(l *api.Limits) (output.Truncation, error) {
 	return t, nil
 }
 
-// startSession checks req, builds its setup and starts a session, registered with parent
-// (a child's parent) and wsDir (its workspace). Nothing is left when it fails.
-func (s *Server) startSession(ctx context.Context, req api.CreateSession, parent, wsDir string) (*entry, error) {
-	if req.Cwd != "" && !filepath.IsAbs(req.Cwd) {
-		return nil, fmt.Errorf("cwd %q: %w: the working directory must be an absolute path", req.Cwd, errInvalid)
+// startSession checks req, assembles it (launch: its transport, else the Default one)
+// and starts a session, registered with parent (a child's parent) and wsDir (its
+// workspace). spec, when not nil, is the resolved transport to use instead of req's (a
+// child takes its parent's). Nothing is left when it fails.
+func (s *Server) startSession(ctx context.Context, req api.CreateSession, spec *sessionspec.Transport, parent, wsDir string) (*entry, error) {
+	if spec == nil {
+		spec = req.Transport
 	}
-	if err := controller.CheckWorkingDir(req.Cwd); err != nil {
+	kind, err := spec.Kind()
+	if err != nil {
 		return nil, err
+	}
+	if spec != nil && kind == sessionspec.KindSSH {
+		if req.Cwd != "" {
+			return nil, fmt.Errorf("cwd %q: %w: an ssh session's working directory is on its host: set transport.ssh.dir", req.Cwd, errInvalid)
+		}
+	} else {
+		if req.Cwd != "" && !filepath.IsAbs(req.Cwd) {
+			return nil, fmt.Errorf("cwd %q: %w: the working directory must be an absolute path", req.Cwd, errInvalid)
+		}
+		if err := controller.CheckWorkingDir(req.Cwd); err != nil {
+			return nil, err
+		}
 	}
 	trunc, err := truncation(req.Limits)
 	if err != nil {
 		return nil, err
 	}
+	if spec == nil {
+		var warnings []string
+		if spec, warnings, err = s.opts.Default(req.Cwd); err != nil {
+			return nil, err
+		}
+		for _, w := range warnings {
+			s.log.Warn("settings: " + w)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 	defer cancel()
-	setup, err := s.opts.Setup(ctx, req.Cwd, req.Transport)
+	parts, err := s.opts.Assemble(ctx, spec, req.Cwd)
 	if err != nil {
 		return nil, err
 	}
-	release := setup.Release
-	if release == nil {
-		release = func() {}
-	}
-	for _, w := range setup.Warnings {
+	for _, w := range parts.Warnings {
 		s.log.Warn("session setup: " + w)
 	}
-	var handler controller.HostHandler
-	if setup.Handler != nil {
-		handler = countingHandler{h: setup.Handler, m: s.metrics}
-	}
-	sess, err := controller.Start(ctx, controller.Options{
-		Transport:      setup.Transport,
-		Dir:            req.Cwd,
-		SandboxDir:     setup.SandboxDir,
-		Env:            setup.Env,
-		Handler:        handler,
+	opts := parts.Apply(controller.Options{
 		Logger:         s.log,
 		Bundle:         s.bundle,
 		Truncation:     trunc,
 		StateDir:       s.opts.StateDir,
 		OnGateDecision: s.metrics.gateDecision,
 	})
+	if opts.Handler != nil {
+		opts.Handler = countingHandler{h: opts.Handler, m: s.metrics}
+	}
+	sess, err := controller.Start(ctx, opts)
 	if err != nil {
-		release()
+		parts.Release()
 		return nil, err
 	}
 	e := &entry{
-		id: sess.ID(), sess: sess, release: release, cwd: req.Cwd, transport: setup.Transport.Name(),
-		req: req, created: time.Now(), parent: parent, wsDir: wsDir,
+		id: sess.ID(), sess: sess, release: parts.Release, cwd: parts.Dir, transport: parts.Kind,
+		req: req, spec: spec, remote: parts.Remote, created: time.Now(), parent: parent, wsDir: wsDir,
 	}
 	if err := s.reg.add(e); err != nil {
 		s.endSession(ctx, e)
@@ -107,7 +123,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get(api.HeaderIdempotencyKey)
 	if key == "" {
-		e, err := s.startSession(r.Context(), req, "", "")
+		e, err := s.startSession(r.Context(), req, nil, "", "")
 		if err != nil {
 			writeError(w, err)
 			return
@@ -121,7 +137,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	created := false
 	id, err := s.reg.once(r.Context(), key, func() (string, error) {
-		e, err := s.startSession(r.Context(), req, "", "")
+		e, err := s.startSession(r.Context(), req, nil, "", "")
 		if err != nil {
 			return "", err
 		}

@@ -2,6 +2,7 @@ package settings
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -9,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // Scope says which settings files may set a key.
@@ -69,13 +70,15 @@ const versionKey = "version"
 // keys is the table of declared keys, in the order they are documented.
 var keys = []*Key{
 	{
-		ID: "kernelTransport", Type: "object {argvPrefix, python, pathMap, env, docker, ssh}",
+		ID: "kernelTransport", Type: "object {local | argvPrefix | docker | ssh, python, pathMap, env}",
 		Scope: ProjectAllowed, RunsCode: true, Default: json.RawMessage("null"),
-		Doc:    "where kernels run: unset runs them locally; argvPrefix wraps the kernel command (one unit: a project entry replaces the global one whole)",
+		Doc:    "where kernels run: unset (or {\"local\": {}}) runs them on the host; argvPrefix wraps the kernel command, docker runs it in a locked-down container, ssh on a remote host (one unit: a project entry replaces the global one whole; a unit with a bad field starts no kernel)",
 		decode: decodeKernelTransport,
-		copyTo: func(d, s *Settings) { d.KernelTransport = s.KernelTransport },
-		isSet:  func(s *Settings) bool { return s.KernelTransport != nil },
-		value:  func(s *Settings) any { return s.KernelTransport },
+		copyTo: func(d, s *Settings) {
+			d.KernelTransport, d.kernelTransportErr = s.KernelTransport, s.kernelTransportErr
+		},
+		isSet: func(s *Settings) bool { return s.KernelTransport != nil },
+		value: func(s *Settings) any { return s.KernelTransport },
 	},
 	{
 		ID: "trustedProjects", Type: "array of absolute paths",
@@ -150,125 +153,45 @@ func absPath(n *node) (string, error) {
 	return path.Clean(n.str), nil
 }
 
+// decodeKernelTransport reads the unit with sessionspec.Decode, the one decoder of
+// transport descriptions: every bad field is a problem at its pointer (undeclared for a
+// field no description has), and a unit with any is kept present but unusable, so no
+// kernel starts (not a lower layer's transport, not a local kernel: neither is what was
+// written).
 func decodeKernelTransport(n *node, ptr string, s *Settings, bad badFunc) {
-	if n.kind != kObject {
-		bad(ptr, typeErr("an object", n))
-		// Present but unusable: an empty unit that fails Validate, so no kernel starts
-		// (a lower layer's transport, or a local kernel, is not what was written).
-		s.KernelTransport = &KernelTransport{}
-		return
-	}
-	kt := &KernelTransport{}
-	for i, key := range n.keys {
-		v, p := n.elems[i], child(ptr, key)
-		switch key {
-		case "argvPrefix":
-			// One leaf: an argv with an element dropped is another command.
-			if v.kind != kArray || len(v.elems) == 0 {
-				bad(p, typeErr("a non-empty array of strings", v))
-				continue
-			}
-			argv, ok := make([]string, 0, len(v.elems)), true
-			for j, e := range v.elems {
-				if e.kind != kString || strings.IndexByte(e.str, 0) >= 0 {
-					bad(index(p, j), fmt.Errorf("%w (argvPrefix dropped whole)", typeErr("a string without NUL", e)))
-					ok = false
-					break
-				}
-				argv = append(argv, e.str)
-			}
-			if ok {
-				kt.ArgvPrefix = argv
-			}
-		case "python":
-			if v.kind != kString || v.str == "" || strings.IndexByte(v.str, 0) >= 0 || strings.HasPrefix(v.str, "-") || strings.Contains(v.str, "=") {
-				bad(p, fmt.Errorf("%w: want an interpreter name or path", ErrBadValue))
-				continue
-			}
-			kt.Python = v.str
-		case "pathMap":
-			if v.kind != kArray {
-				bad(p, typeErr("an array of mounts", v))
-				continue
-			}
-			kt.PathMap = []pathmap.Mount{}
-			for j, e := range v.elems {
-				if m, ok := decodeMount(e, index(p, j), bad); ok {
-					kt.PathMap = append(kt.PathMap, m)
-				}
-			}
-		case "env":
-			if v.kind != kArray {
-				bad(p, typeErr("an array of variable names", v))
-				continue
-			}
-			kt.Env = []string{}
-			for j, e := range v.elems {
-				if e.kind != kString || !envName.MatchString(e.str) {
-					bad(index(p, j), fmt.Errorf("%w: want a variable name", ErrBadValue))
-					continue
-				}
-				kt.Env = append(kt.Env, e.str)
-			}
-		case "docker", "ssh":
-			if v.kind != kObject {
-				bad(p, typeErr("an object", v))
-				continue
-			}
-			raw, _ := v.MarshalJSON()
-			if key == "docker" {
-				kt.Docker = raw
-			} else {
-				kt.SSH = raw
-			}
-		default:
-			bad(p, ErrUndeclared)
+	raw, err := n.MarshalJSON()
+	if err == nil {
+		var kt *KernelTransport
+		if kt, err = sessionspec.Decode(raw); err == nil {
+			s.KernelTransport, s.kernelTransportErr = kt, nil
+			return
 		}
 	}
-	s.KernelTransport = kt
+	for _, e := range flattenErrs(err) {
+		var fe *sessionspec.FieldError
+		switch {
+		case errors.As(e, &fe) && fe.Unknown:
+			bad(ptr+fe.Pointer(), ErrUndeclared)
+		case errors.As(e, &fe):
+			bad(ptr+fe.Pointer(), fmt.Errorf("%w: %w", ErrBadValue, fe.Err))
+		default:
+			bad(ptr, fmt.Errorf("%w: %w", ErrBadValue, e))
+		}
+	}
+	s.KernelTransport = &KernelTransport{}
+	s.kernelTransportErr = fmt.Errorf("kernel transport: %w: %w", ErrBadValue, err)
 }
 
-// decodeMount reads one pathMap entry. A mount with any bad or unknown field is dropped
-// whole: without its readOnly, say, it would share more than was written.
-func decodeMount(n *node, ptr string, bad badFunc) (pathmap.Mount, bool) {
-	if n.kind != kObject {
-		bad(ptr, typeErr("a mount object {sandbox, host, readOnly}", n))
-		return pathmap.Mount{}, false
-	}
-	var m pathmap.Mount
-	ok := true
-	drop := func(p string, err error) {
-		bad(p, fmt.Errorf("%w (mount dropped)", err))
-		ok = false
-	}
-	for i, key := range n.keys {
-		v, p := n.elems[i], child(ptr, key)
-		switch key {
-		case "sandbox", "host":
-			s, err := absPath(v)
-			if err != nil {
-				drop(p, err)
-				continue
-			}
-			if key == "sandbox" {
-				m.Sandbox = s
-			} else {
-				m.Host = s
-			}
-		case "readOnly":
-			if v.kind != kBool {
-				drop(p, typeErr("a boolean", v))
-				continue
-			}
-			m.ReadOnly = v.b
-		default:
-			drop(p, ErrUndeclared)
+// flattenErrs lists the errors a join holds.
+func flattenErrs(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flattenErrs(e)...)
 		}
+		return out
 	}
-	if ok && (m.Sandbox == "" || m.Host == "") {
-		drop(ptr, fmt.Errorf("%w: a mount needs sandbox and host", ErrBadValue))
-	}
-	return m, ok
+	return []error{err}
 }
 
 func decodeTrustedProjects(n *node, ptr string, s *Settings, bad badFunc) {

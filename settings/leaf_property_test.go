@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // docModel builds a document leaf by leaf and records, for each leaf, whether it must
@@ -98,6 +99,8 @@ func drawTruncation(t *rapid.T, m *docModel) {
 	}
 }
 
+// drawKernelTransport draws a unit leaf by leaf. The unit is one: every bad leaf is
+// named, and a unit with any applies nothing (an empty, unusable unit).
 func drawKernelTransport(t *rapid.T, m *docModel) {
 	if !rapid.Bool().Draw(t, "unit an object") {
 		m.add("kernelTransport", `["docker"]`)
@@ -106,8 +109,10 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 		return
 	}
 	kt := &KernelTransport{}
-	var fields []string
+	var fields, bad []string
+	kinds := 0
 	if rapid.Bool().Draw(t, "argv present") {
+		kinds++
 		n := rapid.IntRange(1, 4).Draw(t, "argv n")
 		badAt := rapid.IntRange(-1, n-1).Draw(t, "argv bad at")
 		var elems []string
@@ -122,10 +127,17 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 		}
 		fields = append(fields, `"argvPrefix":[`+strings.Join(elems, ",")+"]")
 		if badAt >= 0 {
-			m.bad = append(m.bad, "/kernelTransport/argvPrefix/"+strconv.Itoa(badAt))
-		} else {
-			kt.ArgvPrefix = argv
+			bad = append(bad, "/kernelTransport/argvPrefix/"+strconv.Itoa(badAt))
 		}
+		kt.ArgvPrefix = argv
+	}
+	if rapid.Bool().Draw(t, "second kind") {
+		kinds++
+		fields = append(fields, `"docker":{}`)
+		kt.Docker = &sessionspec.Docker{}
+	}
+	if kinds != 1 {
+		bad = append(bad, "/kernelTransport") // names no transport, or two
 	}
 	if rapid.Bool().Draw(t, "env present") {
 		n := rapid.IntRange(0, 4).Draw(t, "env n")
@@ -137,7 +149,7 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 				kt.Env = append(kt.Env, "V"+strconv.Itoa(i))
 			} else {
 				elems = append(elems, rapid.SampledFrom([]string{`"1X"`, `"A-B"`, `2`, `""`}).Draw(t, "bad env"))
-				m.bad = append(m.bad, "/kernelTransport/env/"+strconv.Itoa(i))
+				bad = append(bad, "/kernelTransport/env/"+strconv.Itoa(i))
 			}
 		}
 		fields = append(fields, `"env":[`+strings.Join(elems, ",")+"]")
@@ -154,10 +166,10 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 				kt.PathMap = append(kt.PathMap, mnt)
 			case 2:
 				text += `,"readonly":true`
-				m.bad = append(m.bad, "/kernelTransport/pathMap/"+strconv.Itoa(i)+"/readonly")
+				bad = append(bad, "/kernelTransport/pathMap/"+strconv.Itoa(i)+"/readonly")
 			case 3:
 				text = `"sandbox":"relative","host":` + q(mnt.Host)
-				m.bad = append(m.bad, "/kernelTransport/pathMap/"+strconv.Itoa(i)+"/sandbox")
+				bad = append(bad, "/kernelTransport/pathMap/"+strconv.Itoa(i)+"/sandbox")
 			}
 			elems = append(elems, "{"+text+"}")
 		}
@@ -165,9 +177,13 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 	}
 	if rapid.Bool().Draw(t, "unknown field") {
 		fields = append(fields, `"colour":"blue"`)
-		m.bad = append(m.bad, "/kernelTransport/colour")
+		bad = append(bad, "/kernelTransport/colour")
 	}
 	m.add("kernelTransport", "{"+strings.Join(fields, ",")+"}")
+	m.bad = append(m.bad, bad...)
+	if len(bad) > 0 {
+		kt = &KernelTransport{}
+	}
 	m.want.KernelTransport = kt
 }
 

@@ -147,8 +147,10 @@ var ErrTransportUnknown = errors.New("kernel transport unknown")
 
 // KernelTransport returns the kernelTransport in effect: nil means local kernels. It
 // fails closed: when a file that could set it is unreadable (the global file, or a
-// trusted project's), or the unit in effect cannot start a kernel (Validate), it returns
-// an error and no unit, and the caller must not start a kernel, locally or elsewhere.
+// trusted project's), or the unit in effect has a bad field or cannot start a kernel
+// (sessionspec's Validate), it returns an error (sessionspec.ErrInvalid or
+// ErrTransportUnknown) and no unit, and the caller must not start a kernel, locally or
+// elsewhere.
 func (r *Result) KernelTransport() (*KernelTransport, error) {
 	for _, p := range r.Problems {
 		if p.Pointer == "" && errors.Is(p.Err, ErrUnreadable) && (p.File == r.GlobalFile || r.Trusted) {
@@ -158,6 +160,9 @@ func (r *Result) KernelTransport() (*KernelTransport, error) {
 	kt := r.Settings.KernelTransport
 	if kt == nil {
 		return nil, nil
+	}
+	if err := r.Settings.kernelTransportErr; err != nil {
+		return nil, fmt.Errorf("kernel transport from %s: %w", r.From["kernelTransport"], err)
 	}
 	if err := kt.Validate(); err != nil {
 		return nil, fmt.Errorf("kernel transport from %s: %w", r.From["kernelTransport"], err)

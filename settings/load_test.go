@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/sessionspec"
 )
 
 // The trust matrix: each kind of key (runs code, limit, global-only, plain) set by the
@@ -154,6 +155,7 @@ func TestEveryBadLeafIsReported(t *testing.T) {
 	}
 	want := []string{
 		"global /a~1b~0c undeclared",
+		"global /kernelTransport bad", // argvPrefix and docker: two transports
 		"global /kernelTransport/argvPrefix/1 bad",
 		"global /kernelTransport/color undeclared",
 		"global /kernelTransport/docker bad",
@@ -162,7 +164,7 @@ func TestEveryBadLeafIsReported(t *testing.T) {
 		"global /kernelTransport/pathMap/1/readOnly bad",
 		"global /kernelTransport/pathMap/2/sandbox bad",
 		"global /kernelTransport/pathMap/3/readonly undeclared",
-		"global /kernelTransport/pathMap/4 bad",
+		"global /kernelTransport/pathMap/4/host bad",
 		"global /kernelTransport/pathMap/5 bad",
 		"global /kernelTransport/python bad",
 		"global /logLevel bad",
@@ -178,13 +180,12 @@ func TestEveryBadLeafIsReported(t *testing.T) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	s := r.Settings
-	kt := s.KernelTransport
-	if kt.ArgvPrefix != nil || kt.Python != "" || !slices.Equal(kt.Env, []string{"LANG", "HOME"}) ||
-		len(kt.PathMap) != 1 || kt.PathMap[0] != (pathmap.Mount{Sandbox: "/work", Host: "/srv/a"}) {
-		t.Errorf("kernel transport %+v: want only the good leaves", kt)
+	// The transport is one unit: with a bad field it applies nothing, and starts no kernel.
+	if kt := s.KernelTransport; kt == nil || kt.ArgvPrefix != nil || kt.Python != "" || kt.Env != nil || kt.PathMap != nil {
+		t.Errorf("kernel transport %+v: a unit with bad fields applies none of them", kt)
 	}
-	if _, err := r.KernelTransport(); !errors.Is(err, ErrNoWrapper) {
-		t.Errorf("a unit whose argvPrefix was dropped: %v, want ErrNoWrapper", err)
+	if kt, err := r.KernelTransport(); kt != nil || !errors.Is(err, ErrBadValue) || !errors.Is(err, sessionspec.ErrInvalid) {
+		t.Errorf("a unit with bad fields: %+v, %v; want a refusal", kt, err)
 	}
 	if !slices.Equal(s.TrustedProjects, []string{"/p/one", "/p/two"}) {
 		t.Errorf("trustedProjects %q", s.TrustedProjects)
@@ -267,8 +268,8 @@ func TestUnreadableFilesApplyNothingAndFailClosed(t *testing.T) {
 	t.Run("wrong-typed unit", func(t *testing.T) {
 		e := newEnv(t)
 		writeFile(t, e.globalFile(), `{"kernelTransport": "docker"}`)
-		if kt, err := e.load(t).KernelTransport(); !errors.Is(err, ErrNoWrapper) {
-			t.Errorf("transport %+v, %v; want ErrNoWrapper, not a local kernel", kt, err)
+		if kt, err := e.load(t).KernelTransport(); kt != nil || !errors.Is(err, ErrBadValue) {
+			t.Errorf("transport %+v, %v; want a refusal, not a local kernel", kt, err)
 		}
 	})
 }
@@ -325,17 +326,6 @@ func TestGlobalDirPrecedence(t *testing.T) {
 	}
 }
 
-func TestHostEnvTakesTheNamedVariables(t *testing.T) {
-	kt := KernelTransport{Env: []string{"A", "MISSING", "C"}}
-	got := kt.HostEnv(func(k string) (string, bool) {
-		v, ok := map[string]string{"A": "1", "B": "2", "C": ""}[k]
-		return v, ok
-	})
-	if !slices.Equal(got, []string{"A=1", "C="}) {
-		t.Errorf("HostEnv %q", got)
-	}
-}
-
 func TestKeyTableIsConsistent(t *testing.T) {
 	seen := map[string]bool{}
 	for _, k := range Keys() {
@@ -357,12 +347,21 @@ func TestKeyTableIsConsistent(t *testing.T) {
 			t.Errorf("%s default %s: %s %v", k.ID, k.Default, ptr, err)
 		})
 	}
-	// Every field of Settings has a key, and no key lacks a field.
+	// Every exported field of Settings has a key, and no key lacks a field.
 	st := reflect.TypeFor[Settings]()
-	if st.NumField() != len(seen) {
-		t.Errorf("Settings has %d fields, the table %d keys", st.NumField(), len(seen))
+	fields := 0
+	for i := range st.NumField() {
+		if st.Field(i).IsExported() {
+			fields++
+		}
+	}
+	if fields != len(seen) {
+		t.Errorf("Settings has %d fields, the table %d keys", fields, len(seen))
 	}
 	for i := range st.NumField() {
+		if !st.Field(i).IsExported() {
+			continue
+		}
 		name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
 		if !seen[name] {
 			t.Errorf("field %s (%q) has no key", st.Field(i).Name, name)

@@ -185,7 +185,7 @@ func TestSetNeverRewritesAnUnreadableFile(t *testing.T) {
 
 func TestSetRefusesAndWritesNothing(t *testing.T) {
 	e := newEnv(t)
-	const doc = `{"kernelTransport": {"argvPrefix": ["a"], "docker": {}}, "logLevel": "info"}`
+	const doc = `{"kernelTransport": {"argvPrefix": ["a"]}, "logLevel": "info"}`
 	for _, c := range []struct {
 		name, key, value string
 		project          bool
@@ -200,6 +200,8 @@ func TestSetRefusesAndWritesNothing(t *testing.T) {
 		{"wrong leaf", "kernelTransport.argvPrefix", `["a", 1]`, false, ErrBadValue, "/kernelTransport/argvPrefix/1"},
 		{"bad mount", "kernelTransport.pathMap", `[{"sandbox": "/w", "host": "rel"}]`, false, ErrBadValue, "/kernelTransport/pathMap/0/host"},
 		{"undeclared leaf", "kernelTransport.colour", `"x"`, false, ErrUndeclared, "/kernelTransport/colour"},
+		{"a second transport", "kernelTransport.docker", `{}`, false, ErrBadValue, "/kernelTransport"},
+		{"loosening docker", "kernelTransport", `{"docker": {"network": "host"}}`, false, ErrBadValue, "/kernelTransport/docker/network"},
 		{"not JSON", "logLevel", `{`, false, ErrBadValue, ""},
 		{"through a non-object", "logLevel.x", `1`, false, ErrBadValue, ""},
 		{"limit not a whole number", "truncation.bytes", `1.5`, false, ErrBadValue, "/truncation/bytes"},
@@ -287,7 +289,8 @@ func TestSetMakesPrivateFilesAndDirs(t *testing.T) {
 // goroutines with their own lock descriptors: every set of each lands.
 func TestConcurrentSetsAllLand(t *testing.T) {
 	e := newEnv(t)
-	writeFile(t, e.globalFile(), `{"logLevel": "info", "kernelTransport": {"argvPrefix": ["x"], "docker": {}}}`)
+	defer withFreeformKey()()
+	writeFile(t, e.globalFile(), `{"logLevel": "info", "testFreeform": {}}`)
 	const n = 15
 	var procs []*exec.Cmd
 	var outs []*bytes.Buffer
@@ -310,7 +313,7 @@ func TestConcurrentSetsAllLand(t *testing.T) {
 			defer wg.Done()
 			d := Doc{Path: e.globalFile()}
 			for i := range n {
-				if err := d.Set(ctxT(t), "kernelTransport.docker."+prefix+strconv.Itoa(i), json.RawMessage(strconv.Itoa(i))); err != nil {
+				if err := d.Set(ctxT(t), freeformKey.ID+"."+prefix+strconv.Itoa(i), json.RawMessage(strconv.Itoa(i))); err != nil {
 					t.Error(err)
 				}
 			}
@@ -323,13 +326,19 @@ func TestConcurrentSetsAllLand(t *testing.T) {
 		}
 	}
 	r, _ := Load(LoadOptions{GlobalDir: e.global})
-	var docker map[string]int
-	if err := json.Unmarshal(r.Settings.KernelTransport.Docker, &docker); err != nil {
+	raw, err := os.ReadFile(e.globalFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Freeform map[string]int `json:"testFreeform"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
 	for _, prefix := range []string{"p1_", "p2_", "g1_", "g2_"} {
 		for i := range n {
-			if v, ok := docker[prefix+strconv.Itoa(i)]; !ok || v != i {
+			if v, ok := doc.Freeform[prefix+strconv.Itoa(i)]; !ok || v != i {
 				t.Errorf("set %s%d lost", prefix, i)
 			}
 		}

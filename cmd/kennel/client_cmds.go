@@ -14,7 +14,6 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
-	"github.com/kennel-dev/kennel/settings"
 	"github.com/spf13/cobra"
 )
 
@@ -98,30 +97,37 @@ func intOr(p *int) string {
 
 func newCreateCmd() *cobra.Command {
 	var f clientFlags
-	var dir, argv, key string
+	var tf transportFlags
+	var dir, key string
 	cmd := &cobra.Command{
-		Use:   "create [-C DIR] [--transport-argv ARGV] [--idempotency-key KEY] [--json]",
+		Use:   "create [-C DIR] [--local | --transport-argv ARGV | --docker [...] | --ssh HOST] [--idempotency-key KEY] [--json]",
 		Short: "Create a session in a working directory and print its id",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if dir == "" {
-				wd, err := os.Getwd()
+			req := api.CreateSession{}
+			remoteDir := dir
+			if tf.ssh == "" {
+				if dir == "" {
+					wd, err := os.Getwd()
+					if err != nil {
+						return err
+					}
+					dir = wd
+				}
+				abs, err := filepath.Abs(dir)
 				if err != nil {
 					return err
 				}
-				dir = wd
+				req.Cwd = abs
 			}
-			abs, err := filepath.Abs(dir)
-			if err != nil {
-				return err
-			}
-			req := api.CreateSession{Cwd: abs}
-			if argv != "" {
-				a, err := settings.ParseArgv(argv)
+			// Without a flag the daemon reads the kernelTransport setting of the project at
+			// cwd itself; a flag names the transport here, over that setting, as kennel run.
+			if tf.given() {
+				spec, _, err := tf.resolve(req.Cwd, remoteDir)
 				if err != nil {
-					return &exitError{code: 2, msg: "--transport-argv: " + err.Error()}
+					return err
 				}
-				req.Transport = &api.Transport{Kind: "wrapped", ArgvPrefix: a}
+				req.Transport = spec
 			}
 			c := f.client()
 			defer c.Close()
@@ -137,7 +143,7 @@ func newCreateCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "dir", "C", "", "the session's working directory (default: the current directory)")
-	cmd.Flags().StringVar(&argv, "transport-argv", "", "run the kernel under this wrapper ('docker exec -i box' or a JSON array)")
+	addTransportFlags(cmd.Flags(), &tf)
 	cmd.Flags().StringVar(&key, "idempotency-key", "", "a retried create with the same key returns the same session")
 	f.add(cmd)
 	return cmd

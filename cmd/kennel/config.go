@@ -9,11 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/settings"
-	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/local"
-	"github.com/kennel-dev/kennel/transports/wrapped"
 	"github.com/spf13/cobra"
 )
 
@@ -178,72 +174,4 @@ func existence(path string) string {
 		return "exists"
 	}
 	return "missing"
-}
-
-// kernelSetup is what a session takes from the settings: where its kernels run.
-type kernelSetup struct {
-	// transport starts the session's kernels.
-	transport transports.Transport
-	// sandboxDir is the session's working directory inside the sandbox.
-	sandboxDir string
-	// env are the kernel's entries from the host variables the setting names, mapped.
-	env []string
-	// pathMap maps sandbox paths to host paths (the identity map of the working directory
-	// for local kernels); the caller closes it when the session ends.
-	pathMap *pathmap.Map
-	// warnings are the settings' problems and the environment entries left out, for the
-	// operator.
-	warnings []string
-	// settings are the settings in effect for the project (truncation, logLevel).
-	settings settings.Settings
-}
-
-// setupKernel reads the settings of the project at dir (the session's working directory
-// on the host) and builds its kernel transport. transportArgv, from `kennel run
-// --transport-argv`, replaces the argvPrefix of the transport in effect for this run
-// (keeping its python, pathMap and env; a wrapper with the identity path map when no
-// transport is set). It fails closed: a transport setting that cannot be read or used
-// is an error, never a fall-back to local kernels.
-func setupKernel(dir, transportArgv string, lookupEnv func(string) (string, bool)) (*kernelSetup, error) {
-	r, err := settings.Load(settings.LoadOptions{ProjectDir: dir})
-	if err != nil {
-		return nil, err
-	}
-	s := &kernelSetup{settings: r.Settings}
-	for _, p := range r.Problems {
-		s.warnings = append(s.warnings, p.Error())
-	}
-	kt, err := r.KernelTransport()
-	if transportArgv != "" {
-		argv, perr := settings.ParseArgv(transportArgv)
-		if perr != nil {
-			return nil, fmt.Errorf("--transport-argv: %w", perr)
-		}
-		unit := settings.KernelTransport{}
-		if err == nil && kt != nil {
-			unit = *kt
-		}
-		unit.ArgvPrefix, kt, err = argv, &unit, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if kt == nil {
-		// A local kernel sees the host's files: the identity map of dir serves its fs.*.
-		m, err := pathmap.New(pathmap.Config{Dir: dir})
-		if err != nil {
-			return nil, fmt.Errorf("path map: %w", err)
-		}
-		s.transport, s.sandboxDir, s.pathMap = local.New(local.Options{}), m.Dir(), m
-		return s, nil
-	}
-	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: kt.PathMap})
-	if err != nil {
-		return nil, fmt.Errorf("kernel transport path map: %w", err)
-	}
-	env, diags := m.MapEnv(kt.HostEnv(lookupEnv))
-	s.warnings = append(s.warnings, diags...)
-	s.transport = wrapped.New(wrapped.Options{ArgvPrefix: kt.ArgvPrefix, Python: kt.Python})
-	s.sandboxDir, s.env, s.pathMap = m.Dir(), env, m
-	return s, nil
 }

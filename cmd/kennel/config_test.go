@@ -7,11 +7,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/settings"
-	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 )
 
@@ -111,21 +112,33 @@ func TestConfigRefusalsExit2AndWriteNothing(t *testing.T) {
 	}
 }
 
-func TestSetupKernelFromSettings(t *testing.T) {
+// TestTheSettingAndTheFlagsAssembleThroughLaunch: with no setting a session is local on
+// the identity map; a kernelTransport setting gives its wrapped kernel with the unit's
+// path map and env (a variable outside every mount left out, with a warning);
+// --transport-argv replaces the wrapper and keeps the rest; --local replaces the unit
+// whole; a setting that cannot be read starts nothing unless a flag replaces it whole.
+func TestTheSettingAndTheFlagsAssembleThroughLaunch(t *testing.T) {
 	global, project := configDirs(t)
-	lookup := func(k string) (string, bool) {
+	kit := launch.New(launch.Options{LookupEnv: func(k string) (string, bool) {
 		v, ok := map[string]string{"LANG": "C.UTF-8", "PROJ": project + "/sub", "AWAY": "/elsewhere"}[k]
 		return v, ok
+	}})
+	defer kit.Close()
+	assemble := func(f transportFlags) (*launch.Parts, error) {
+		t.Helper()
+		spec, _, err := f.resolve(project, "")
+		if err != nil {
+			return nil, err
+		}
+		p, err := kit.Assemble(context.Background(), spec, project)
+		if err == nil {
+			t.Cleanup(p.Release)
+		}
+		return p, err
 	}
-	s, err := setupKernel(project, "", lookup)
-	if err != nil || s.pathMap == nil || s.sandboxDir != s.pathMap.Dir() {
-		t.Fatalf("no settings: %+v, %v", s, err)
-	}
-	if got := s.pathMap.Mounts(); len(got) != 1 || got[0].Sandbox != got[0].Host {
-		t.Errorf("no settings: path map %+v, want the identity map of the project", got)
-	}
-	if _, ok := s.transport.(*local.Transport); !ok {
-		t.Errorf("no settings: transport %T, want local", s.transport)
+	p, err := assemble(transportFlags{})
+	if err != nil || p.Kind != "local" || p.SandboxDir != project || p.Transport.Name() != "local" {
+		t.Fatalf("no settings: %+v, %v", p, err)
 	}
 	unit, _ := json.Marshal(map[string]any{
 		"argvPrefix": []string{"setsid", "-w", "sh", "-c", `exec "$@"`, "--"},
@@ -135,32 +148,42 @@ func TestSetupKernelFromSettings(t *testing.T) {
 	if _, _, err := runConfig(t, "set", "kernelTransport", string(unit)); err != nil {
 		t.Fatal(err)
 	}
-	s, err = setupKernel(project, "", lookup)
+	p, err = assemble(transportFlags{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.pathMap.Close()
-	if _, ok := s.transport.(*wrapped.Transport); !ok || s.sandboxDir != "/work" {
-		t.Errorf("transport %T in %q", s.transport, s.sandboxDir)
+	if w, ok := p.Transport.(*wrapped.Transport); !ok || p.SandboxDir != "/work" || w.Options().ArgvPrefix[0] != "setsid" {
+		t.Errorf("transport %T in %q", p.Transport, p.SandboxDir)
 	}
-	if strings.Join(s.env, " ") != "LANG=C.UTF-8 PROJ=/work/sub" || len(s.warnings) != 1 {
-		t.Errorf("env %q, warnings %q: want AWAY left out with a diagnostic", s.env, s.warnings)
+	if strings.Join(p.Env, " ") != "LANG=C.UTF-8 PROJ=/work/sub" || len(p.Warnings) != 1 {
+		t.Errorf("env %q, warnings %q: want AWAY left out with a diagnostic", p.Env, p.Warnings)
 	}
 	// --transport-argv replaces the wrapper for one run and keeps the rest of the unit.
-	s2, err := setupKernel(project, `env`, lookup)
-	if err != nil || s2.sandboxDir != "/work" {
-		t.Errorf("--transport-argv: %+v, %v", s2, err)
-	} else {
-		s2.pathMap.Close()
+	p, err = assemble(transportFlags{argv: "env"})
+	if w, ok := p.Transport.(*wrapped.Transport); err != nil || !ok || p.SandboxDir != "/work" || !slices.Equal(w.Options().ArgvPrefix, []string{"env"}) {
+		t.Errorf("--transport-argv: %+v, %v", p, err)
+	}
+	// --local replaces the unit whole.
+	if p, err = assemble(transportFlags{local: true}); err != nil || p.Kind != "local" || p.SandboxDir != project {
+		t.Errorf("--local: %+v, %v", p, err)
 	}
 	// A transport setting that cannot be read stops the start: no local fall-back.
 	if err := os.WriteFile(filepath.Join(global, "settings.json"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := setupKernel(project, "", lookup); !errors.Is(err, settings.ErrTransportUnknown) {
+	if _, err := assemble(transportFlags{}); !errors.Is(err, settings.ErrTransportUnknown) {
 		t.Errorf("unreadable settings: %v, want ErrTransportUnknown", err)
 	}
-	if _, err := setupKernel(project, `'open`, lookup); !errors.Is(err, settings.ErrBadArgv) {
-		t.Errorf("bad --transport-argv: %v", err)
+	if _, err := assemble(transportFlags{argv: "env"}); !errors.Is(err, settings.ErrTransportUnknown) {
+		t.Errorf("unreadable settings and --transport-argv (which keeps the unit's fields): %v", err)
+	}
+	if p, err := assemble(transportFlags{local: true}); err != nil || p.Kind != "local" {
+		t.Errorf("unreadable settings and --local: %+v, %v", p, err)
+	}
+	if _, err := assemble(transportFlags{argv: `'open`}); !errors.Is(err, settings.ErrBadArgv) {
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("bad --transport-argv: %v", err)
+		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
-	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/settings"
 	"github.com/spf13/cobra"
@@ -27,12 +27,8 @@ type runFlags struct {
 	sh         string        // --sh: a shell command to run as a job instead of cells
 	budget     time.Duration // --budget: when a --sh job detaches (0: never)
 	noTruncate bool          // --no-truncate: print every byte of a --sh job
-	// transportArgv (--transport-argv) runs the kernel under this wrapper for this run.
-	transportArgv string
-	// ssh (--ssh [user@]host[:port]) runs the kernel on that host; -C is then a remote path.
-	ssh string
-	// docker (--docker and its lock-down flags) runs the kernel in a container.
-	docker dockerFlags
+	// transport says where the kernel runs, over the kernelTransport setting.
+	transport transportFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -82,9 +78,7 @@ The logLevel setting sets how much kennel logs to stderr (--debug: everything).`
 	cmd.Flags().BoolVar(&f.debug, "debug", false, "log the controller's diagnostics to stderr")
 	cmd.Flags().StringVar(&f.sh, "sh", "", "run this shell command (/bin/sh -c) in the sandbox as a job instead of cells")
 	cmd.Flags().DurationVar(&f.budget, "budget", 0, "with --sh: detach the job after this long, say so and keep waiting (0: never)")
-	addDockerFlags(cmd.Flags(), &f.docker)
-	cmd.Flags().StringVar(&f.ssh, "ssh", "", "run the kernel on this host over ssh ([user@]host[:port]); -C names the remote working directory (default: the remote home)")
-	cmd.Flags().StringVar(&f.transportArgv, "transport-argv", "", "run the kernel under this wrapper for this run ('docker exec -i box' or a JSON array)")
+	addTransportFlags(cmd.Flags(), &f.transport)
 	cmd.Flags().BoolVar(&f.noTruncate, "no-truncate", false, "with --sh: print every byte of the job's output (truncation off)")
 	return cmd
 }
@@ -139,64 +133,62 @@ func splitCells(text string) []string {
 	return cells
 }
 
-// startSession starts a fresh session in f's directory on the transport the settings (or
-// --transport-argv) name, local by default; end it with the returned func, which closes
-// the session and releases its path map. Its outputs are bounded by the returned
-// truncation: the truncation setting's (--no-truncate: none); it logs at the logLevel
-// setting's level (--debug: everything).
+// startSession starts a fresh session: where the flags say, else where the kernelTransport
+// setting of the project at the working directory says (a local kernel by default), all
+// assembled by package launch; end it with the returned func, which closes the session
+// and releases what it held. Its outputs are bounded by the returned truncation: the
+// truncation setting's (--no-truncate: none); it logs at the logLevel setting's level
+// (--debug: everything). With --ssh the project is the remote host's: only the global
+// settings apply, and -C is the remote working directory.
 func startSession(ctx context.Context, f runFlags, stderr io.Writer) (*controller.Session, output.Truncation, func(), error) {
-	if f.ssh != "" {
-		return startRemote(ctx, f, stderr)
-	}
 	dir := f.dir
-	if dir == "" {
+	if f.transport.ssh == "" && dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
 			return nil, output.Truncation{}, nil, err
 		}
 		dir = wd
 	}
+	spec, r, err := f.transport.resolve(dir, f.dir)
+	if r == nil {
+		return nil, output.Truncation{}, nil, err
+	}
+	logger := newLogger(stderr, f.debug, r.Settings.LogLevel)
+	for _, w := range launch.Problems(r) {
+		logger.Warn("settings: " + w)
+	}
+	if err != nil {
+		return nil, output.Truncation{}, nil, err
+	}
 	bundle, err := images.Stub()
 	if err != nil {
 		return nil, output.Truncation{}, nil, err
 	}
-	if err := controller.CheckWorkingDir(dir); err != nil {
-		return nil, output.Truncation{}, nil, err
-	}
-	ks, err := setupKernel(dir, f.transportArgv, os.LookupEnv)
+	kit := launch.New(launch.Options{})
+	parts, err := kit.Assemble(ctx, spec, dir)
 	if err != nil {
+		_ = kit.Close()
 		return nil, output.Truncation{}, nil, err
 	}
-	logger := newLogger(stderr, f.debug, ks.settings.LogLevel)
-	for _, w := range ks.warnings {
+	release := func() {
+		parts.Release()
+		_ = kit.Close()
+	}
+	for _, w := range parts.Warnings {
 		logger.Warn("settings: " + w)
 	}
-	release := func() { _ = ks.pathMap.Close() }
-	if f.docker.enabled {
-		// The container sees the path map's mounts (the identity map of dir by default)
-		// as bind mounts; the kernel's env and sandbox dir stay the settings'.
-		if ks.transport, err = dockerTransport(ctx, f.docker, ks.pathMap.Mounts()); err != nil {
-			release()
-			return nil, output.Truncation{}, nil, err
-		}
-	}
-	truncation := runTruncation(f, ks.settings)
-	s, err := controller.Start(ctx, controller.Options{
-		Transport:  ks.transport,
-		Dir:        dir,
-		SandboxDir: ks.sandboxDir,
-		Env:        ks.env,
+	truncation := runTruncation(f, r.Settings)
+	s, err := controller.Start(ctx, parts.Apply(controller.Options{
 		Bundle:     bundle.Hash(),
-		Handler:    fshost.New(ks.pathMap, fshost.Options{}),
 		Logger:     logger,
 		Truncation: truncation,
-	})
+	}))
 	if err != nil {
 		release()
 		return nil, output.Truncation{}, nil, err
 	}
 	end := func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 		defer cancel()
 		_ = s.Close(cctx)
 		release()
@@ -388,47 +380,4 @@ func jobExit(end jobs.End) error {
 		return &exitError{code: 128 + end.Signal}
 	}
 	return &exitError{code: 1, msg: "the job's end is unknown"}
-}
-
-// startRemote starts a session whose kernel and files live on the --ssh host. The
-// project's settings are on that host: only the global settings apply.
-func startRemote(ctx context.Context, f runFlags, stderr io.Writer) (*controller.Session, output.Truncation, func(), error) {
-	g, err := settings.Load(settings.LoadOptions{})
-	if err != nil {
-		return nil, output.Truncation{}, nil, err
-	}
-	logger := newLogger(stderr, f.debug, g.Settings.LogLevel)
-	for _, p := range g.Problems {
-		logger.Warn("settings: " + p.Error())
-	}
-	r, err := startSSH(ctx, f.ssh, f.dir)
-	if err != nil {
-		return nil, output.Truncation{}, nil, err
-	}
-	bundle, err := images.Stub()
-	if err != nil {
-		r.release()
-		return nil, output.Truncation{}, nil, err
-	}
-	truncation := runTruncation(f, g.Settings)
-	s, err := controller.Start(ctx, controller.Options{
-		Transport:  r.transport,
-		Dir:        r.dir,
-		RemoteDir:  true,
-		SandboxDir: r.dir,
-		Bundle:     bundle.Hash(),
-		Handler:    r.handler,
-		Logger:     logger,
-		Truncation: truncation,
-	})
-	if err != nil {
-		r.release()
-		return nil, output.Truncation{}, nil, err
-	}
-	return s, truncation, func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-		r.release()
-	}, nil
 }

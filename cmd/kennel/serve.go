@@ -1,16 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"sync"
 
-	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/daemon"
-	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/settings"
-	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/spf13/cobra"
 )
 
@@ -30,8 +25,12 @@ directory you own that group and others cannot write, or the daemon does not sta
 connection from another user is closed before anything is read from it.
 
 A session created without a transport runs where the kernelTransport setting of the
-project at its working directory says (local kernels by default). SIGTERM or Ctrl-C stops
-the daemon: it stops accepting, ends every session and removes its socket.`,
+project at its working directory says (local kernels by default); one created with a
+transport (kennel create --docker, --ssh, --transport-argv, --local) runs exactly there.
+At start the daemon removes the spill files of sessions it no longer has and the Docker
+containers of controllers that are gone. SIGTERM or Ctrl-C stops the daemon: it stops
+accepting, ends every session (each kernel, container and remote process within its kill
+grace) and removes its socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The daemon logs at the global logLevel setting's level (--debug: everything).
@@ -43,8 +42,10 @@ the daemon: it stops accepting, ends every session and removes its socket.`,
 			for _, p := range g.Problems {
 				logger.Warn("settings: " + p.Error())
 			}
+			kit := launch.New(launch.Options{})
+			defer kit.Close()
 			srv, err := daemon.New(daemon.Options{
-				Socket: socket, StateDir: state, Logger: logger, Setup: settingsSetup(),
+				Socket: socket, StateDir: state, Logger: logger, Kit: kit, Default: daemon.FromSettings,
 			})
 			if err != nil {
 				return err
@@ -57,34 +58,4 @@ the daemon: it stops accepting, ends every session and removes its socket.`,
 	cmd.Flags().StringVar(&state, "state", "", "the daemon's private state directory (default: $XDG_STATE_HOME/kennel or ~/.local/state/kennel)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log the daemon's and the sessions' diagnostics to stderr")
 	return cmd
-}
-
-// settingsSetup is the daemon's session setup for kennel serve: a request that names a
-// transport gets it (daemon.DefaultSetup); one that names none gets what the settings of
-// the project at its working directory say, as `kennel run` does, failing closed. Local
-// kernels share one transport, so the interpreter is resolved once.
-func settingsSetup() daemon.SetupFunc {
-	explicit := daemon.DefaultSetup()
-	shared := sync.OnceValue(func() *local.Transport { return local.New(local.Options{}) })
-	return func(ctx context.Context, cwd string, req *api.Transport) (*daemon.Setup, error) {
-		if req != nil {
-			return explicit(ctx, cwd, req)
-		}
-		ks, err := setupKernel(cwd, "", os.LookupEnv)
-		if err != nil {
-			return nil, err
-		}
-		s := &daemon.Setup{
-			Transport:  ks.transport,
-			SandboxDir: ks.sandboxDir,
-			Env:        ks.env,
-			Handler:    fshost.New(ks.pathMap, fshost.Options{}),
-			Release:    func() { _ = ks.pathMap.Close() },
-			Warnings:   ks.warnings,
-		}
-		if _, ok := ks.transport.(*local.Transport); ok {
-			s.Transport = shared()
-		}
-		return s, nil
-	}
 }

@@ -22,6 +22,7 @@ package fakekernel
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -164,7 +165,8 @@ func hello(bundle string, version int) {
 }
 
 // hostFrames yields every line of stdin that decodes as a host frame, after the start
-// block the transport sends first (a 4-byte big-endian length and that many bytes).
+// block the transport sends first (a 4-byte big-endian length and that many bytes) and
+// the stub bundle that may follow it.
 func hostFrames() func(func(map[string]any) bool) {
 	return func(yield func(map[string]any) bool) {
 		r := bufio.NewReaderSize(os.Stdin, 1<<20)
@@ -177,6 +179,11 @@ func hostFrames() func(func(map[string]any) bool) {
 		}
 		for {
 			line, err := r.ReadBytes('\n')
+			// The stub bundle a transport may send after the start block ends without a
+			// newline: the first frame then follows it on the same line.
+			if i := bytes.Index(line, []byte(`{"type":`)); i > 0 {
+				line = line[i:]
+			}
 			var m map[string]any
 			if json.Unmarshal(line, &m) == nil && m["type"] != nil {
 				if !yield(m) {

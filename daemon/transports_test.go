@@ -1,0 +1,271 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/api"
+	kclient "github.com/kennel-dev/kennel/client"
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/fakekernel"
+	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/launch"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/ssh"
+	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
+)
+
+// cell runs code in session id through the API and returns its result text.
+func cell(t *testing.T, c *kclient.Client, id, code string) *api.CellReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	budget := int64(30000)
+	rep, err := c.RunCell(ctx, id, api.RunCell{Code: code, BudgetMS: &budget})
+	if err != nil {
+		t.Fatalf("cell %q: %v", code, err)
+	}
+	if rep.Cell == nil || rep.Cell.Status != "ok" {
+		t.Fatalf("cell %q: %+v", code, rep)
+	}
+	return rep
+}
+
+// containersOf lists the kernel containers of session id.
+func containersOf(t *testing.T, cli *client.Client, id string) int {
+	t.Helper()
+	res, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", docker.LabelSession+"="+id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(res.Items)
+}
+
+// TestTheDaemonServesEveryTransport: through the real daemon and its client, a session
+// is created, runs a cell and is deleted on each transport — local, wrapped (bwrap),
+// Docker (the real engine, locked down as under kennel run --docker) and ssh (a real
+// sshd) — with the same API calls; each kernel runs where its transport says.
+func TestTheDaemonServesEveryTransport(t *testing.T) {
+	srv := sshtest.Start(t)
+	kit := launch.New(launch.Options{Hosts: ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none"}})
+	t.Cleanup(func() { _ = kit.Close() })
+	r := serve(t, daemon.Options{Kit: kit})
+	ctx := context.Background()
+	hostOnly := filepath.Join(t.TempDir(), "host-only")
+	if err := os.WriteFile(hostOnly, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	where := "import os\n(os.getuid(), os.path.exists(" + pyQuote(hostOnly) + "), os.getcwd())"
+
+	type tc struct {
+		name string
+		req  func(t *testing.T) api.CreateSession
+		want func(t *testing.T, dir string, result string)
+	}
+	for _, c := range []tc{
+		{"local", func(t *testing.T) api.CreateSession {
+			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Local: &api.Local{}}}
+		}, func(t *testing.T, dir, res string) {
+			if want := "(" + itoa(os.Getuid()) + ", True, '" + dir + "')"; res != want {
+				t.Errorf("local: %s, want %s", res, want)
+			}
+		}},
+		{"wrapped", func(t *testing.T) api.CreateSession {
+			wrappedtest.Need(t, "bwrap")
+			dir := t.TempDir()
+			return api.CreateSession{Cwd: dir, Transport: &api.Transport{
+				ArgvPrefix: wrappedtest.BwrapPrefix(t, dir, "/work"), Python: wrappedtest.SandboxPython(t),
+				PathMap: []api.Mount{{Sandbox: "/work", Host: dir}},
+			}}
+		}, func(t *testing.T, dir, res string) {
+			if want := "(" + itoa(os.Getuid()) + ", False, '/work')"; res != want {
+				t.Errorf("wrapped: %s, want %s", res, want)
+			}
+		}},
+		{"docker", func(t *testing.T) api.CreateSession {
+			testneed.DockerEngine(t)
+			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}
+		}, func(t *testing.T, dir, res string) {
+			if !strings.HasSuffix(res, ", False, '"+dir+"')") || strings.HasPrefix(res, "(0,") {
+				t.Errorf("docker: %s: want a non-root kernel that sees only its mount", res)
+			}
+		}},
+		{"ssh", func(t *testing.T) api.CreateSession {
+			return api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}
+		}, func(t *testing.T, dir, res string) {
+			if !strings.HasSuffix(res, "'"+srv.Home+"')") {
+				t.Errorf("ssh: %s, want the remote home %s", res, srv.Home)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := c.req(t)
+			s, err := r.c.CreateSession(ctx, req, kclient.CreateOptions{})
+			if err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			got, err := r.c.Session(ctx, s.ID)
+			if err != nil || got.Kernel.Transport == nil || *got.Kernel.Transport != c.name {
+				t.Errorf("session: %+v, %v; want transport %s", got, err, c.name)
+			}
+			rep := cell(t, r.c, s.ID, where)
+			if rep.Cell.Result == nil {
+				t.Fatalf("no result: %+v", rep)
+			}
+			c.want(t, req.Cwd, *rep.Cell.Result)
+			if err := r.c.DeleteSession(ctx, s.ID); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestAGracefulShutdownLeavesNoContainer: a daemon with a Docker session whose cell runs
+// a job (a shell that ignores SIGTERM) and a busy loop stops on its context within
+// seconds, and leaves no container behind.
+func TestAGracefulShutdownLeavesNoContainer(t *testing.T) {
+	cli := testneed.DockerEngine(t)
+	r := serve(t, daemon.Options{})
+	ctx := context.Background()
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.RunJob(ctx, s.ID, "trap '' TERM; sleep 1000"); err != nil {
+		t.Fatal(err)
+	}
+	budget := int64(0)
+	if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "while True: pass", BudgetMS: &budget}); err != nil {
+		t.Fatal(err)
+	}
+	if n := containersOf(t, cli, s.ID); n != 1 {
+		t.Fatalf("%d containers for the session before the shutdown", n)
+	}
+	start := time.Now()
+	r.stop()
+	took := time.Since(start)
+	if n := containersOf(t, cli, s.ID); n != 0 {
+		t.Fatalf("%d containers left after a graceful shutdown", n)
+	}
+	t.Logf("graceful shutdown with a busy Docker kernel took %v", took.Round(time.Millisecond))
+	if took > 20*time.Second {
+		t.Fatalf("the shutdown took %v: a kernel held it past its kill grace", took)
+	}
+}
+
+// TestServeSweepsTheContainersOfDeadControllers: kennel serve removes, at its start, the
+// kernel containers a dead controller left (as kennel run --docker does).
+func TestServeSweepsTheContainersOfDeadControllers(t *testing.T) {
+	cli := testneed.DockerEngine(t)
+	dead, err := docker.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.PID, dead.Start = 1<<22-1, 1 // a pid no process has
+	tr, err := docker.New(cli, docker.Options{Controller: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "orphan" + itoa(os.Getpid()), Dir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Kill(context.Background()) })
+	if n := containersOf(t, cli, "orphan"+itoa(os.Getpid())); n != 1 {
+		t.Fatalf("%d orphan containers", n)
+	}
+	serve(t, daemon.Options{})
+	deadline := time.Now().Add(30 * time.Second)
+	for containersOf(t, cli, "orphan"+itoa(os.Getpid())) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon did not remove a dead controller's container at its start")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestNoKernelOutlivesItsSession: a wrapped kernel whose frame stream ends while it runs
+// on (a fake that ignores SIGTERM) fails its cell and is killed; the next cell starts a
+// fresh one; deleting the session ends that one too: no process of either is left.
+func TestNoKernelOutlivesItsSession(t *testing.T) {
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := serve(t, daemon.Options{})
+	ctx := context.Background()
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{
+		ArgvPrefix: fakekernel.Prefix("mute", "", b.Hash()),
+	}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := int64(20000)
+	for i := range 2 {
+		start := time.Now()
+		rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "1", BudgetMS: &budget})
+		t.Logf("cell %d: %v after %v", i, err, time.Since(start).Round(time.Millisecond))
+		var ae *api.Error
+		if !errors.As(err, &ae) && (rep == nil || rep.Cell != nil) {
+			t.Fatalf("a cell of a mute kernel: %+v, %v", rep, err)
+		}
+	}
+	start := time.Now()
+	if err := r.c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("delete took %v", time.Since(start).Round(time.Millisecond))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		fakes := fakesOf(t)
+		if len(fakes) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, pid := range fakes {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("fake kernels %v outlived their session", fakes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fakesOf lists the live fake kernels of this test binary.
+func fakesOf(t *testing.T) []int {
+	t.Helper()
+	procs, err := procfs.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, p := range procs {
+		if p.Zombie() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + itoa(p.PID) + "/environ")
+		if err == nil && strings.Contains(string(env), "KENNEL_FAKE_KERNEL=mute") {
+			out = append(out, p.PID)
+		}
+	}
+	return out
+}
+
+func pyQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,379 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/moby/moby/client"
+
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/local"
+	"github.com/kennel-dev/kennel/transports/ssh"
+	"github.com/kennel-dev/kennel/transports/wrapped"
+)
+
+// Options configure a Kit. The zero value of each field is documented and usable.
+type Options struct {
+	// LookupEnv finds the host variables a description's env names. Nil means
+	// os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// Local configures the local transport (its Python is a description's when set).
+	Local local.Options
+	// Wrapped, Docker and SSH carry the graces of those transports (and, for tests, the
+	// rest of their options); a description's fields take precedence over them.
+	Wrapped wrapped.Options
+	Docker  docker.Options
+	SSH     ssh.Options
+	// Hosts configures the ssh connections the Kit keeps (one per host, shared by its
+	// sessions).
+	Hosts ssh.HostsOptions
+	// Engine says which Docker Engine to use; the zero value is the one DOCKER_HOST names.
+	Engine docker.ConnectOptions
+}
+
+// Kit assembles sessions from descriptions. It keeps what its sessions share: one local
+// transport (each interpreter resolved once), one Docker Engine client, and one ssh
+// connection per host. It is safe for concurrent use; Close it when no session it
+// assembled runs any more.
+type Kit struct {
+	opts Options
+
+	mu     sync.Mutex
+	localT *local.Transport
+	engine *client.Client
+	swept  bool
+	hosts  *ssh.Hosts
+	closed bool
+}
+
+// New returns a Kit that has started and connected nothing yet.
+func New(opts Options) *Kit {
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	return &Kit{opts: opts}
+}
+
+// Close releases the engine client and the ssh connections.
+func (k *Kit) Close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.closed = true
+	var errs []error
+	if k.engine != nil {
+		errs = append(errs, k.engine.Close())
+		k.engine = nil
+	}
+	if k.hosts != nil {
+		errs = append(errs, k.hosts.Close())
+		k.hosts = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Parts are an assembled session: the transport its kernels start on and how the
+// controller reaches its files. Give them to controller.Start through Options; Release
+// them once the session has ended (or failed to start).
+type Parts struct {
+	// Kind is the description's kind (sessionspec.KindLocal, ...).
+	Kind string
+	// Transport starts the session's kernels.
+	Transport transports.Transport
+	// Dir is the session's working directory: a host path, checked (local, wrapped,
+	// docker), or for ssh the remote host's path (Remote).
+	Dir string
+	// Remote reports that Dir is on the kernel's own host, not this machine.
+	Remote bool
+	// SandboxDir is Dir as the kernel sees it.
+	SandboxDir string
+	// Env are the kernel's entries from the host variables the description names, mapped
+	// into the sandbox.
+	Env []string
+	// Python is the interpreter inside the sandbox ("": the transport's default).
+	Python string
+	// Handler serves the kernel's fs.* requests through the path map (or SFTP).
+	Handler controller.HostHandler
+	// Warnings are said once to the operator (environment entries left out, ...).
+	Warnings []string
+
+	release []func()
+	once    sync.Once
+}
+
+// Release frees what the parts hold (the path map's directories, an SFTP session). It is
+// safe to call more than once.
+func (p *Parts) Release() {
+	p.once.Do(func() {
+		for i := len(p.release) - 1; i >= 0; i-- {
+			p.release[i]()
+		}
+	})
+}
+
+// Apply fills o's Transport, Dir, RemoteDir, SandboxDir, Env, Python and Handler from p.
+func (p *Parts) Apply(o controller.Options) controller.Options {
+	o.Transport, o.Dir, o.RemoteDir, o.SandboxDir = p.Transport, p.Dir, p.Remote, p.SandboxDir
+	o.Env, o.Python, o.Handler = p.Env, p.Python, p.Handler
+	return o
+}
+
+// Assemble turns spec (nil: a local kernel) into a session's parts; dir is the session's
+// working directory on this host (unused for ssh, whose directory is spec.SSH.Dir or the
+// remote home). It validates spec first (a refusal is sessionspec.ErrInvalid, every bad
+// field named) and checks dir once. It starts exactly the kind spec names, with that
+// kind's lock-down, or returns an error and holds nothing.
+func (k *Kit) Assemble(ctx context.Context, spec *sessionspec.Transport, dir string) (*Parts, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	kind, _ := spec.Kind()
+	p := &Parts{Kind: kind}
+	var err error
+	switch kind {
+	case sessionspec.KindLocal:
+		err = k.local(spec, dir, p)
+	case sessionspec.KindWrapped:
+		err = k.wrapped(ctx, spec, dir, p)
+	case sessionspec.KindDocker:
+		err = k.docker(ctx, spec, dir, p)
+	case sessionspec.KindSSH:
+		err = k.ssh(ctx, spec, p)
+	default:
+		err = fmt.Errorf("assemble: kind %q: %w", kind, sessionspec.ErrInvalid)
+	}
+	if err != nil {
+		p.Release()
+		return nil, err
+	}
+	return p, nil
+}
+
+// hostMap checks dir and makes the path map of spec's mounts (the identity map of dir
+// when there are none), owned by owner when not nil.
+func hostMap(spec *sessionspec.Transport, dir string, owner *pathmap.Owner, p *Parts) (*pathmap.Map, error) {
+	var mounts []pathmap.Mount
+	if spec != nil {
+		mounts = spec.PathMap
+	}
+	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: mounts, Owner: owner})
+	if err != nil {
+		return nil, fmt.Errorf("path map: %w", err)
+	}
+	p.release = append(p.release, func() { _ = m.Close() })
+	p.Dir, p.SandboxDir = dir, m.Dir()
+	p.Handler = fshost.New(m, fshost.Options{})
+	return m, nil
+}
+
+func (k *Kit) local(spec *sessionspec.Transport, dir string, p *Parts) error {
+	if err := controller.CheckWorkingDir(dir); err != nil {
+		return err
+	}
+	if _, err := hostMap(nil, dir, nil, p); err != nil {
+		return err
+	}
+	if spec != nil {
+		p.Python = spec.Python
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.localT == nil {
+		k.localT = local.New(k.opts.Local)
+	}
+	p.Transport = k.localT
+	return nil
+}
+
+// env maps the host variables spec names into the sandbox through m.
+func (k *Kit) env(spec *sessionspec.Transport, m *pathmap.Map, p *Parts) {
+	var host []string
+	for _, name := range spec.Env {
+		if v, ok := k.opts.LookupEnv(name); ok {
+			host = append(host, name+"="+v)
+		}
+	}
+	env, diags := m.MapEnv(host)
+	p.Env = env
+	p.Warnings = append(p.Warnings, diags...)
+}
+
+func (k *Kit) wrapped(ctx context.Context, spec *sessionspec.Transport, dir string, p *Parts) error {
+	if err := controller.CheckWorkingDir(dir); err != nil {
+		return err
+	}
+	m, err := hostMap(spec, dir, nil, p)
+	if err != nil {
+		return err
+	}
+	k.env(spec, m, p)
+	o := k.opts.Wrapped
+	o.ArgvPrefix = spec.ArgvPrefix
+	p.Transport, p.Python = wrapped.New(o), spec.Python
+	return nil
+}
+
+// dockerOptions is the transport's options for d, the description's docker fields, with
+// mounts as its bind mounts.
+func (k *Kit) dockerOptions(d *sessionspec.Docker, mounts []pathmap.Mount) (docker.Options, error) {
+	o := k.opts.Docker
+	o.Image, o.Container, o.Network, o.Pids, o.Runtime, o.User = d.Image, d.Container, d.Network, d.Pids, d.Runtime, d.User
+	var err error
+	if o.Memory, err = d.MemoryBytes(); err != nil {
+		return o, err
+	}
+	if o.NanoCPUs, err = d.NanoCPUs(); err != nil {
+		return o, err
+	}
+	if d.Container == "" {
+		o.Mounts = mounts
+	}
+	return o, nil
+}
+
+func (k *Kit) docker(ctx context.Context, spec *sessionspec.Transport, dir string, p *Parts) error {
+	if err := controller.CheckWorkingDir(dir); err != nil {
+		return err
+	}
+	// A first map finds the mounts and the sandbox directory; in run mode the kernel's
+	// user follows from them, and fs.write's files must be that user's too.
+	probe := &Parts{}
+	m, err := hostMap(spec, dir, nil, probe)
+	if err != nil {
+		return err
+	}
+	mounts, sandboxDir := m.Mounts(), m.Dir()
+	probe.Release()
+	o, err := k.dockerOptions(spec.Docker, mounts)
+	if err != nil {
+		return err
+	}
+	var owner *pathmap.Owner
+	if o.Container == "" {
+		if own, ok := numericOwner(o.UserFor(sandboxDir)); ok && (own.UID != os.Geteuid() || own.GID != os.Getegid()) {
+			owner = &own
+		}
+	}
+	if m, err = hostMap(spec, dir, owner, p); err != nil {
+		return err
+	}
+	k.env(spec, m, p)
+	cli, err := k.engineClient(ctx)
+	if err != nil {
+		return err
+	}
+	tr, err := docker.New(cli, o)
+	if err != nil {
+		return err
+	}
+	if o.Container == "" {
+		// Check the image now: a missing or stale one fails the session at once, naming
+		// `kennel image build`.
+		b, err := images.Stub()
+		if err != nil {
+			return err
+		}
+		ref, err := tr.Image()
+		if err != nil {
+			return err
+		}
+		if _, err := kernelimage.Check(ctx, cli, ref, b); err != nil {
+			return err
+		}
+	}
+	p.Transport, p.Python = tr, spec.Python
+	return nil
+}
+
+// numericOwner parses a "uid:gid" user.
+func numericOwner(user string) (pathmap.Owner, bool) {
+	d := sessionspec.Docker{User: user}
+	uid, gid, numeric, err := d.NumericUser()
+	if !numeric || err != nil {
+		return pathmap.Owner{}, false
+	}
+	return pathmap.Owner{UID: uid, GID: gid}, true
+}
+
+// engineClient returns the Kit's engine client, connecting (and sweeping the containers
+// of controllers that are gone) on first use.
+func (k *Kit) engineClient(ctx context.Context) (*client.Client, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, fmt.Errorf("docker engine: kit closed: %w", transports.ErrUnavailable)
+	}
+	if k.engine == nil {
+		cli, err := docker.Connect(ctx, k.opts.Engine)
+		if err != nil {
+			return nil, err
+		}
+		k.engine = cli
+	}
+	if !k.swept {
+		if _, err := docker.Sweep(ctx, k.engine, docker.SweepOptions{Keep: func(string) bool { return true }}); err != nil {
+			return nil, fmt.Errorf("docker sweep: %w", err)
+		}
+		k.swept = true
+	}
+	return k.engine, nil
+}
+
+// SweepDocker removes the containers of controllers of this host that are gone, as a
+// controller does when it starts (kennel serve). With no engine reachable it returns an
+// error matching transports.ErrUnavailable at once and changes nothing.
+func (k *Kit) SweepDocker(ctx context.Context) (docker.SweepResult, error) {
+	return docker.SweepEngine(ctx, docker.EngineSweepOptions{ConnectOptions: k.opts.Engine})
+}
+
+// sshHosts returns the Kit's ssh connections.
+func (k *Kit) sshHosts() (*ssh.Hosts, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, fmt.Errorf("ssh: kit closed: %w", ssh.ErrUnreachable)
+	}
+	if k.hosts == nil {
+		h, err := ssh.NewHosts(k.opts.Hosts)
+		if err != nil {
+			return nil, err
+		}
+		k.hosts = h
+	}
+	return k.hosts, nil
+}
+
+func (k *Kit) ssh(ctx context.Context, spec *sessionspec.Transport, p *Parts) error {
+	hosts, err := k.sshHosts()
+	if err != nil {
+		return err
+	}
+	target := spec.SSH.Target
+	probe := hosts.Probe(ctx, target)
+	if probe.Status != ssh.StatusReady {
+		return fmt.Errorf("ssh %s: %w", target, probe.Err)
+	}
+	dir := spec.SSH.Dir
+	if dir == "" {
+		dir = probe.Home
+	}
+	fs, err := hosts.OpenFS(ctx, target+":"+dir, ssh.FSOptions{})
+	if err != nil {
+		return fmt.Errorf("remote workspace %s:%s: %w", target, dir, err)
+	}
+	p.release = append(p.release, func() { _ = fs.Close() })
+	o := k.opts.SSH
+	o.Target = target
+	p.Transport = ssh.New(hosts, o)
+	p.Dir, p.Remote, p.SandboxDir, p.Handler, p.Python = dir, true, dir, fs, spec.Python
+	return nil
+}
