@@ -48,9 +48,9 @@ type kernelConn struct {
 // maxRequestBytesInFlight bounds the line bytes of accepted host requests being served at
 // once: one request at the line limit, or any number of smaller ones within it. A request never waits when none is in flight, so
 // every request the gate accepts is served; while the budget is spent the kernel's stdout
-// is not read, and the kernel waits in its write. Each byte in flight costs about three in
-// memory (the line, its decoded arguments, the handler's value); docs/architecture.md
-// gives the measured peak.
+// is not read, and the kernel waits in its write. Each byte in flight costs a few in
+// memory (the line, its decoded arguments, the handler's value): BENCHMARKS.md gives the
+// measured peak of `kennel run` under a flood of requests at the line limit (338 MiB).
 const maxRequestBytesInFlight = protocol.MaxLine
 
 // startKernel starts a kernel generation and waits for its checked hello. s.mu is held.
