@@ -4,9 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -92,7 +97,7 @@ func (k *kernel) exitWithin(d time.Duration) (int, time.Duration) {
 				k.t.Errorf("bad frame: %v", f.Err)
 			}
 		case <-timeout:
-			k.t.Fatalf("kernel did not exit within %v of SIGTERM", d)
+			k.t.Fatalf("kernel did not exit within %v (of SIGTERM, or of the end the test began)", d)
 		}
 	}
 }
@@ -308,4 +313,84 @@ func TestSIGTERMRightAfterTheHelloExits143(t *testing.T) {
 			t.Errorf("exit code = %d (%v after SIGTERM; -1: killed by the signal), want 143", code, took)
 		}
 	}
+}
+
+// TestSIGTERMAfterEOFDuringABusyCellUnderStress repeats the race of a graceful end (stdin
+// EOF) with a SIGTERM that comes 0-300 ms after it, while a busy cell holds the main thread:
+// every kernel exits 143 within termBound (the defect it guards against left one running
+// until its EOF grace, 30 s, or the host's SIGKILL). Iterations alternate: the cell seen
+// running before the EOF or not (the EOF may then come before it starts), and a job that
+// ignores TERM or none (the two ends then both stop it). KENNEL_TEST_TERM_STRESS sets the
+// number of iterations (default 50; -short runs 10).
+func TestSIGTERMAfterEOFDuringABusyCellUnderStress(t *testing.T) {
+	t.Parallel()
+	n := 50
+	if testing.Short() {
+		n = 10
+	}
+	if s := os.Getenv("KENNEL_TEST_TERM_STRESS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("KENNEL_TEST_TERM_STRESS=%q is not a count", s)
+		}
+		n = v
+	}
+	const workers = 2
+	const busy = "print('go')\nwhile True:\n    pass"
+	var (
+		mu      sync.Mutex
+		slowest time.Duration
+		pgids   []int
+		failed  atomic.Bool
+	)
+	killGroupsAtCleanup(t, &pgids)
+	iterations := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range iterations {
+				if failed.Load() {
+					continue // the rest are not run once one failed
+				}
+				if !t.Run(fmt.Sprintf("iteration %d", i), func(t *testing.T) {
+					k := startKernel(t, kernelOpts{})
+					if i%2 == 1 {
+						start := k.jobRun("j1", jobIgnoresTERM)
+						mu.Lock()
+						pgids = append(pgids, num(t, start.M["pgid"]))
+						mu.Unlock()
+						k.until(func(f frame) bool { return f.ID == "j1" && f.Event == "job_output" })
+					}
+					if i%4 < 2 {
+						k.startCell("c1", busy)
+					} else {
+						k.send("execute", "c1", "code", busy)
+					}
+					k.stdin.Close()
+					time.Sleep(time.Duration(rand.IntN(301)) * time.Millisecond)
+					if err := k.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+						t.Fatal(err)
+					}
+					code, took := k.exitWithin(termBound)
+					t.Logf("exit %d %v after SIGTERM", code, took)
+					mu.Lock()
+					slowest = max(slowest, took)
+					mu.Unlock()
+					if code != 143 {
+						t.Errorf("exit code = %d %v after SIGTERM, want 143", code, took)
+					}
+				}) {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		iterations <- i
+	}
+	close(iterations)
+	wg.Wait()
+	t.Logf("%d iterations; slowest exit %v after SIGTERM", n, slowest)
 }

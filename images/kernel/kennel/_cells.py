@@ -37,7 +37,39 @@ class Outcome:
 
 
 def interrupted():
+    """The outcome of a cell interrupted while it ran, or before it started."""
     return Outcome(INTERRUPTED)
+
+
+class RecentIds:
+    """A set of cell ids that keeps only the ``limit`` newest added (an id added again
+    counts as new). Not locked: the caller serialises its use."""
+
+    __slots__ = ("_ids", "_limit")
+
+    def __init__(self, limit):
+        self._ids = collections.OrderedDict()
+        self._limit = limit
+
+    def add(self, cell_id):
+        ids = self._ids
+        ids[cell_id] = None
+        ids.move_to_end(cell_id)
+        if len(ids) > self._limit:
+            ids.popitem(last=False)
+
+    def take(self, cell_id):
+        """Remove ``cell_id``; return whether it was there."""
+        if cell_id not in self._ids:
+            return False
+        del self._ids[cell_id]
+        return True
+
+    def __contains__(self, cell_id):
+        return cell_id in self._ids
+
+    def __len__(self):
+        return len(self._ids)
 
 
 def failure(ename, evalue, text=""):

@@ -99,7 +99,10 @@ class Requests:
                 "warning", "host_reply: dropped a duplicate reply for request %r" % (request_id,)
             )
             return
-        pending = self._pending.pop(request_id, None)
+        # Popped under the lock: close() takes every pending request under it, so a reply
+        # racing the kernel's end settles its request once, by one of them.
+        with self._lock:
+            pending = self._pending.pop(request_id, None)
         if pending is None:
             self._kernel.writer.log(
                 "warning", "host_reply: no request %r is waiting; reply dropped" % (request_id,)

@@ -6,6 +6,9 @@ frames itself while no cell runs; the reader thread reads them while a cell runs
 Interrupts reach the main thread as a real SIGINT (pthread_kill), so a cell blocked in
 a system call (time.sleep, a lock) wakes too; the handler raises KeyboardInterrupt only
 in the cell the interrupt names, and holds it back while the main thread writes a frame.
+An interrupt for a cell not started yet (queued, or not yet arrived) is remembered, for
+the newest 1024 such ids: that cell is answered ``interrupted`` at its turn, unrun. One for
+a cell that has finished is ignored.
 """
 
 import builtins
@@ -38,6 +41,8 @@ def _decode(text):
 
 # How long a cell runs before the reader thread takes over reading host frames.
 _READER_TICK_MS = 20
+# Cell ids remembered as interrupted before they started, and as finished: the newest.
+_REMEMBERED_IDS = 1024
 
 
 class Kernel:
@@ -55,6 +60,13 @@ class Kernel:
         self.critical = 0
         self.pending_interrupt = False
         self.interrupt_target = None
+        # Orders interrupts against cells starting and ending: held to set ``running`` as
+        # a cell starts, to record its end, and to decide on an interrupt.
+        self._cells_lock = threading.Lock()
+        # Ids of cells interrupted before they started, and of cells that have ended (an
+        # interrupt for one is ignored); under _cells_lock.
+        self.early_interrupts = _cells.RecentIds(_REMEMBERED_IDS)
+        self._finished = _cells.RecentIds(_REMEMBERED_IDS)
         self.writer = _frames.Writer(boot.frames_out, self)
         _frames.widen_pipe(boot.frames_out)
         # Cells to run, (id, code), in arrival order; None ends the main loop. Appended
@@ -128,18 +140,51 @@ class Kernel:
         self.pending_interrupt = False
         raise KeyboardInterrupt
 
+    def _take_cell(self, run=True):
+        """Main thread: pop the next queued cell (the queue is not empty).
+
+        Returns None for the end of the queue; (id, code, None) for a cell to run, which
+        is then ``running``, with ``critical`` raised by one until run_cell begins (so an
+        interrupt that comes meanwhile is held, not lost); or (id, None, outcome) for a
+        cell answered without running: interrupted before it started, or queued behind
+        the kernel's end (or ``run`` is False).
+        """
+        with self._cells_lock:
+            item = self.cells.popleft()
+            if item is None:
+                return None
+            cell_id, code = item
+            if self.early_interrupts.take(cell_id):
+                outcome = _cells.interrupted()
+            elif run and not self.life.closing:
+                self.pending_interrupt = False
+                self.critical += 1
+                self.running = cell_id
+                return cell_id, code, None
+            else:
+                outcome = _cells.failure("KernelShutdown", "the kernel is shutting down")
+            self._finished.add(cell_id)
+        return cell_id, None, outcome
+
     def run_cell(self, cell_id, code):
-        self.pending_interrupt = False
+        """Run cell ``cell_id`` that _take_cell made the running one, and answer it."""
         self.output_owner = cell_id
         try:
             try:
-                self.running = cell_id
+                self.critical -= 1
+                if not self.critical and self.pending_interrupt:
+                    self.pending_interrupt = False
+                    raise KeyboardInterrupt
                 outcome = self.executor.run(cell_id, code)
             finally:
                 self.running = None
         except KeyboardInterrupt:
             self.running = None
             outcome = _cells.interrupted()
+        with self._cells_lock:
+            self._finished.add(cell_id)
+            # An interrupt between its end and now was taken for one not started yet.
+            self.early_interrupts.take(cell_id)
         if self.reader_engaged:
             _poke(self._reader_wake_w)
         self.drain_output(cell_id)
@@ -177,21 +222,22 @@ class Kernel:
         """The main loop: run queued cells; while there are none, read host frames."""
         cells = self.cells
         while True:
-            if cells:
-                item = cells.popleft()
-                if item is None:
-                    break
-                if self.life.closing:
-                    self._done(item[0], _cells.failure("KernelShutdown", "the kernel is shutting down"))
-                    continue
-                self.run_cell(*item)
+            if not cells:
+                self.pump_once()
                 continue
-            self.pump_once()
+            taken = self._take_cell()
+            if taken is None:
+                break
+            cell_id, code, outcome = taken
+            if outcome is None:
+                self.run_cell(cell_id, code)
+            else:
+                self._done(cell_id, outcome)
         # Cells queued behind the end are answered, not run.
         while cells:
-            item = cells.popleft()
-            if item is not None:
-                self._done(item[0], _cells.failure("KernelShutdown", "the kernel is shutting down"))
+            taken = self._take_cell(run=False)
+            if taken is not None:
+                self._done(taken[0], taken[2])
         self.life.main_free()
 
     def pump_once(self):
@@ -289,13 +335,18 @@ class Kernel:
     def _on_execute(self, frame_id, frame):
         if self.life.closing:
             return
+        with self._cells_lock:
+            self._finished.take(frame_id)  # the newest cell of this id has not ended
         self.post((frame_id, frame.get("code")))
 
     def _on_interrupt(self, frame_id, frame):
-        if self.running is None or self.running != frame_id:
-            return
-        self.interrupt_target = frame_id
-        signal.pthread_kill(self.main_ident, signal.SIGINT)
+        with self._cells_lock:
+            if self.running == frame_id:
+                self.interrupt_target = frame_id
+                signal.pthread_kill(self.main_ident, signal.SIGINT)
+            elif frame_id not in self._finished:
+                # Queued, or not arrived yet: cancelled when its turn comes.
+                self.early_interrupts.add(frame_id)
 
     def _on_host_reply(self, frame_id, frame):
         self.host.reply(frame)

@@ -11,7 +11,9 @@ same steps (those not yet run), no grace for a cell, and exit 143 once the jobs'
 are gone or KILLed (about 1 s at most). It waits on no frame write and no lock a frame
 write may hold, so a host that stopped reading cannot hold it. A cell inside one C call
 that keeps the GIL (no bytecode runs) holds it until the call returns; the host's KILL is
-the backstop.
+the backstop. A step of either end that fails does not stop the end: the exit still comes
+(a SIGTERM's end runs on the signal thread, which an error would otherwise kill, losing
+every later SIGTERM).
 """
 
 import os
@@ -69,11 +71,14 @@ class Lifetime:
         if grace is None:
             grace = self.grace
         deadline = time.monotonic() + grace
-        self._refuse_work()
-        self._kernel.jobs.stop_all()
-        self._jobs_stopped.set()
-        self._main_free.wait(max(0.0, deadline - time.monotonic()))
-        self._exit(0)
+        try:
+            self._refuse_work()
+            self._kernel.jobs.stop_all()
+        finally:
+            # Whatever failed, the end goes on: main_free and the grace still exit.
+            self._jobs_stopped.set()
+            self._main_free.wait(max(0.0, deadline - time.monotonic()))
+            self._exit(0)
 
     def terminate(self, reason):
         """End the kernel now (SIGTERM) and exit 143, whatever end is under way; returns
@@ -84,15 +89,21 @@ class Lifetime:
             self._terminating = True
             began = self.closing
             self.closing = True
-        if not began:
-            self._refuse_work()
-        self._kernel.jobs.stop_all(settle=TERM_SETTLE, quiet=True)
-        self._exit(143)
+        try:
+            if not began:
+                self._refuse_work()
+            self._kernel.jobs.stop_all(settle=TERM_SETTLE, quiet=True)
+        finally:
+            # An error above must not lose the exit: the signal thread that runs this
+            # would die with it, and no later SIGTERM would be seen.
+            self._exit(143)
 
     def _refuse_work(self):
         kernel = self._kernel
-        kernel.host.close()
-        kernel.post(None)
+        try:
+            kernel.host.close()
+        finally:
+            kernel.post(None)
 
     def main_free(self):
         """Called by the main thread when it has no more cells to run: exits once the jobs
