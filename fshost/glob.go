@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // GlobArgs are the arguments of fs.glob.
@@ -35,13 +35,14 @@ type GlobResult struct {
 // globCollectMax bounds how many matches fs.glob collects before sorting.
 const globCollectMax = 100_000
 
-// Glob serves fs.glob. The tree is listed by Options.Walk (by default skipping .git and
-// ignored files, never following symlinks), directories that cannot hold a match are
-// not entered, and the matching entries come back as sorted sandbox paths.
+// Glob serves fs.glob. The tree is listed by the Root's WalkDir (skipping .git, and
+// locally what .gitignore files ignore; never following symlinks), directories that
+// cannot hold a match are not entered, and the matching entries come back as sorted
+// sandbox paths.
 func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 	const op = TypeGlob
 	if a.Pattern == "" {
-		return nil, fail(op, "", ErrInvalid, "pattern is required")
+		return nil, fail(op, "", fsroot.ErrInvalid, "pattern is required")
 	}
 	base, pattern := a.Path, a.Pattern
 	if base == "" {
@@ -57,21 +58,21 @@ func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 	}
 	g, err := compileGlob(pattern)
 	if err != nil {
-		return nil, fail(op, "", ErrInvalid, "pattern: %v", err)
+		return nil, fail(op, "", fsroot.ErrInvalid, "pattern: %v", err)
 	}
-	t, err := s.m.Resolve(a.Cwd, base)
+	dir, err := s.root.Stat(ctx, a.Cwd, base)
 	if err != nil {
 		return nil, err
 	}
-	if !t.IsDir() {
-		if !t.Exists() {
-			return nil, fail(op, t.Sandbox(), pathmap.ErrNotFound, "")
+	if !dir.IsDir() {
+		if !dir.Exists {
+			return nil, fail(op, dir.Path, fsroot.ErrNotFound, "")
 		}
-		return nil, fail(op, t.Sandbox(), ErrInvalid, "not a directory")
+		return nil, fail(op, dir.Path, fsroot.ErrInvalid, "not a directory")
 	}
 	res := &GlobResult{Paths: []string{}}
 	states := g.cache()
-	err = s.m.Walk(ctx, t, s.opts.Walk, func(e pathmap.Entry) error {
+	err = s.root.WalkDir(ctx, a.Cwd, dir.Path, func(e fsroot.Entry) error {
 		st := g.step(states.of(parentRel(e.Rel)), path.Base(e.Rel))
 		if e.Type.IsDir() {
 			if !g.canDescend(st) {
@@ -85,7 +86,7 @@ func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 				res.Truncated = true
 				return fs.SkipAll
 			}
-			res.Paths = append(res.Paths, e.Sandbox)
+			res.Paths = append(res.Paths, e.Path)
 		}
 		return nil
 	})
@@ -120,7 +121,7 @@ type globPattern struct {
 // compileGlob checks and splits a relative glob. "." segments are dropped, repeated
 // "**" merged; ".." is refused, as is a malformed segment.
 func compileGlob(p string) (*globPattern, error) {
-	if len(p) > pathmap.MaxPath {
+	if len(p) > fsroot.MaxPath {
 		return nil, errPattern("too long")
 	}
 	g := &globPattern{}

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // GrepArgs are the arguments of fs.grep.
@@ -54,19 +54,20 @@ type GrepResult struct {
 const grepMaxLine = 8 << 20
 
 // Grep serves fs.grep: a regexp search over the files of a tree (or one file), listed by
-// Options.Walk (by default skipping .git and ignored files, never following symlinks).
-// Binary files (a NUL in the first 8 KiB, or invalid UTF-8) are skipped. Files are read
-// and searched by a small pool of workers, each file opened beneath its mount's root.
+// the Root's WalkDir (skipping .git, and locally what .gitignore files ignore; never
+// following symlinks). Binary files (a NUL in the first 8 KiB, or invalid UTF-8) are
+// skipped. Files are read and searched by a small pool of workers, each file opened
+// again by the Root (Root.ReadFile: no symlink on the way).
 // The reply holds the first matches in walk order, bounded by Limit and GrepMaxBytes;
 // the same tree always gives the same reply.
 func (s *Server) Grep(ctx context.Context, a GrepArgs) (*GrepResult, error) {
 	const op = TypeGrep
 	if a.Pattern == "" {
-		return nil, fail(op, "", ErrInvalid, "pattern is required")
+		return nil, fail(op, "", fsroot.ErrInvalid, "pattern is required")
 	}
 	mt, err := compileMatcher(a.Pattern)
 	if err != nil {
-		return nil, fail(op, "", ErrInvalid, "pattern: %v", cutUTF8(err.Error(), 200))
+		return nil, fail(op, "", fsroot.ErrInvalid, "pattern: %v", cutUTF8(err.Error(), 200))
 	}
 	var filter *globPattern
 	if a.Glob != "" {
@@ -75,7 +76,7 @@ func (s *Server) Grep(ctx context.Context, a GrepArgs) (*GrepResult, error) {
 			g = "**/" + g
 		}
 		if filter, err = compileGlob(g); err != nil {
-			return nil, fail(op, "", ErrInvalid, "glob: %v", err)
+			return nil, fail(op, "", fsroot.ErrInvalid, "glob: %v", err)
 		}
 	}
 	limit := s.opts.GrepMaxMatches
@@ -86,17 +87,17 @@ func (s *Server) Grep(ctx context.Context, a GrepArgs) (*GrepResult, error) {
 	if base == "" {
 		base = "."
 	}
-	t, err := s.m.Resolve(a.Cwd, base)
+	at, err := s.root.Stat(ctx, a.Cwd, base)
 	if err != nil {
 		return nil, err
 	}
-	if !t.Exists() {
-		return nil, fail(op, t.Sandbox(), pathmap.ErrNotFound, "")
+	if !at.Exists {
+		return nil, fail(op, at.Path, fsroot.ErrNotFound, "")
 	}
 	g := &grepRun{
-		s: s, mt: mt, limit: limit, maxBytes: s.opts.GrepMaxBytes,
+		s: s, mt: mt, limit: limit, maxBytes: s.opts.GrepMaxBytes, cwd: a.Cwd,
 	}
-	return g.run(ctx, t, filter)
+	return g.run(ctx, at.Path, filter)
 }
 
 // grepRun is one fs.grep.
@@ -105,6 +106,7 @@ type grepRun struct {
 	mt       *matcher
 	limit    int
 	maxBytes int
+	cwd      string // the request's
 
 	mu      sync.Mutex
 	found   []fileMatches // by walk index
@@ -122,10 +124,11 @@ type fileMatches struct {
 
 type grepJob struct {
 	idx int
-	e   pathmap.Entry
+	e   fsroot.Entry
 }
 
-func (g *grepRun) run(parent context.Context, t pathmap.Target, filter *globPattern) (*GrepResult, error) {
+// run searches the tree at the sandbox path at.
+func (g *grepRun) run(parent context.Context, at string, filter *globPattern) (*GrepResult, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	jobs := make(chan grepJob, 64)
@@ -135,16 +138,15 @@ func (g *grepRun) run(parent context.Context, t pathmap.Target, filter *globPatt
 		go func() {
 			defer wg.Done()
 			w := grepWorker{run: g}
-			defer w.rd.Close()
 			for j := range jobs { // every file sent is searched, so the kept matches are the first ones
-				if fm := w.file(j); fm != nil && g.add(fm) {
+				if fm := w.file(ctx, j); fm != nil && g.add(fm) {
 					cancel()
 				}
 			}
 		}()
 	}
 	files := 0
-	walkErr := g.s.m.Walk(ctx, t, g.s.opts.Walk, func(e pathmap.Entry) error {
+	walkErr := g.s.root.WalkDir(ctx, g.cwd, at, func(e fsroot.Entry) error {
 		if !e.Type.IsRegular() || (filter != nil && !filter.matchPath(e.Rel)) {
 			return nil
 		}
@@ -161,7 +163,7 @@ func (g *grepRun) run(parent context.Context, t pathmap.Target, filter *globPatt
 	switch {
 	case g.isStopped():
 	case parent.Err() != nil:
-		return nil, fail(TypeGrep, t.Sandbox(), pathmap.ErrInternal, "%v", parent.Err())
+		return nil, fail(TypeGrep, at, fsroot.ErrInternal, "%v", parent.Err())
 	case walkErr != nil:
 		return nil, walkErr
 	}
@@ -219,13 +221,12 @@ func (g *grepRun) result(files int) *GrepResult {
 type grepWorker struct {
 	run *grepRun
 	buf []byte
-	rd  pathmap.Reader // holds the directory of the last file read
 }
 
 // file searches one file; nil when it has no match (or cannot be read, or is binary).
-func (w *grepWorker) file(j grepJob) *fileMatches {
+func (w *grepWorker) file(ctx context.Context, j grepJob) *fileMatches {
 	g := w.run
-	data, more, err := w.rd.ReadFile(j.e, w.buf, g.s.sizes.grepWhole)
+	data, more, err := g.s.root.ReadFile(ctx, j.e, w.buf, g.s.sizes.grepWhole)
 	if cap(data) <= 4<<20 {
 		w.buf = data[:0]
 	}
@@ -233,7 +234,7 @@ func (w *grepWorker) file(j grepJob) *fileMatches {
 		return nil
 	}
 	if more {
-		return w.chunked(j)
+		return w.chunked(ctx, j)
 	}
 	if hasNUL(data, 0) {
 		return nil
@@ -247,7 +248,7 @@ func (w *grepWorker) file(j grepJob) *fileMatches {
 			fm.more = true
 			return false
 		}
-		fm.matches = append(fm.matches, Match{Path: j.e.Sandbox, Line: line, Text: string(cutUTF8Bytes(data[ls:le], g.s.opts.MaxLineBytes))})
+		fm.matches = append(fm.matches, Match{Path: j.e.Path, Line: line, Text: string(cutUTF8Bytes(data[ls:le], g.s.opts.MaxLineBytes))})
 		return true
 	})
 	if len(fm.matches) == 0 || !validUTF8(data) {
@@ -258,14 +259,19 @@ func (w *grepWorker) file(j grepJob) *fileMatches {
 
 var nl = []byte{'\n'}
 
-// chunked searches a file too large to read whole, in chunks of whole lines.
-func (w *grepWorker) chunked(j grepJob) *fileMatches {
+// chunked searches a file too large to read whole, in chunks of whole lines. It is
+// opened by its path again; if that leads elsewhere than the entry walked (a symlink
+// swapped in), it is skipped.
+func (w *grepWorker) chunked(ctx context.Context, j grepJob) *fileMatches {
 	g := w.run
-	f, err := j.e.Open()
+	f, info, err := g.s.root.Open(ctx, g.cwd, j.e.Path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	if info.Path != j.e.Path {
+		return nil
+	}
 	fm := &fileMatches{idx: j.idx}
 	buf := make([]byte, g.s.sizes.grepChunk)
 	var u utf8Stream
@@ -304,7 +310,7 @@ func (w *grepWorker) chunked(j grepJob) *fileMatches {
 				fm.more, stop = true, true
 				return false
 			}
-			fm.matches = append(fm.matches, Match{Path: j.e.Sandbox, Line: line, Text: string(cutUTF8Bytes(chunk[ls:le], g.s.opts.MaxLineBytes))})
+			fm.matches = append(fm.matches, Match{Path: j.e.Path, Line: line, Text: string(cutUTF8Bytes(chunk[ls:le], g.s.opts.MaxLineBytes))})
 			return true
 		})
 		line += bytes.Count(chunk[last:], nl)

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"unsafe"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // ReadArgs are the arguments of fs.read.
@@ -41,18 +42,19 @@ type ReadResult struct {
 }
 
 // Read serves fs.read: a window of a text file's lines, bounded by ReadMaxBytes and
-// ReadMaxLines. The whole file is read (to count its lines and check it is text: a NUL
-// in its first 8 KiB or invalid UTF-8 anywhere is ErrBinary), in chunks, so memory stays
-// bounded by the window whatever the file's size.
+// ReadMaxLines. The whole file is read as a stream (to count its lines and check it is
+// text: a NUL in its first 8 KiB or invalid UTF-8 anywhere is fsroot.ErrBinary): a file
+// under 16 MiB in one read, a larger one in 1 MiB chunks, so memory stays bounded by the
+// window whatever the file's size, on a local disk or over SFTP alike.
 func (s *Server) Read(ctx context.Context, a ReadArgs) (*ReadResult, error) {
 	const op = TypeRead
 	if a.Path == "" {
-		return nil, fail(op, "", ErrInvalid, "path is required")
+		return nil, fail(op, "", fsroot.ErrInvalid, "path is required")
 	}
 	if a.Offset < 0 || a.Limit < 0 {
-		return nil, fail(op, a.Path, ErrInvalid, "offset and limit must not be negative")
+		return nil, fail(op, a.Path, fsroot.ErrInvalid, "offset and limit must not be negative")
 	}
-	f, t, err := s.m.Open(a.Cwd, a.Path)
+	f, info, err := s.root.Open(ctx, a.Cwd, a.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -62,14 +64,14 @@ func (s *Server) Read(ctx context.Context, a ReadArgs) (*ReadResult, error) {
 		limit, capped = a.Limit, false
 	}
 	w := window{offset: a.Offset, limit: limit, maxBytes: s.opts.ReadMaxBytes, whole: s.sizes.readWhole, chunk: s.sizes.readChunk}
-	if err := w.scan(ctx, f); err != nil {
-		return nil, fail(op, t.Sandbox(), errClass(err), "%v", err)
+	if err := w.scan(ctx, f, info.Size); err != nil {
+		return nil, fail(op, info.Path, errClass(err), "%v", err)
 	}
 	if w.binary() {
-		return nil, fail(op, t.Sandbox(), ErrBinary, "")
+		return nil, fail(op, info.Path, fsroot.ErrBinary, "")
 	}
 	r := &ReadResult{
-		Absolute:   t.Sandbox(),
+		Absolute:   info.Path,
 		Content:    w.content(),
 		Offset:     a.Offset,
 		Lines:      w.lines,
@@ -119,12 +121,8 @@ type sizes struct {
 
 var defaultSizes = sizes{readWhole: 16 << 20, readChunk: 1 << 20, grepWhole: 32 << 20, grepChunk: 1 << 20}
 
-// scan reads f to its end.
-func (w *window) scan(ctx context.Context, f *os.File) error {
-	size := int64(-1)
-	if fi, err := f.Stat(); err == nil {
-		size = fi.Size()
-	}
+// scan reads f, of size bytes when opened (negative: unknown), to its end.
+func (w *window) scan(ctx context.Context, f io.Reader, size int64) error {
 	if w.offset == 0 {
 		w.state = collecting // winStart and lineStart are 0
 	}

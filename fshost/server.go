@@ -6,8 +6,7 @@ import (
 	"encoding/json"
 	"runtime"
 
-	"github.com/kennel-dev/kennel/ignore"
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // The request types a Server serves.
@@ -51,9 +50,6 @@ type Options struct {
 	// Workers is how many files fs.grep reads and searches at once (default
 	// min(4, 2*GOMAXPROCS)).
 	Workers int
-	// Walk lists trees for fs.grep and fs.glob. Nil means ignore.Walk: .git and what
-	// .gitignore files ignore are skipped, symlinks are never followed.
-	Walk pathmap.WalkFunc
 }
 
 // bound resolves an Options field: 0 is def, negative is "no bound".
@@ -67,18 +63,19 @@ func bound(v, def int) int {
 	return v
 }
 
-// Server serves the fs.* host requests of one session's kernel through its path map.
-// Every path argument and the cwd are resolved by the Map before a handler touches the
-// disk, and every path in a reply is a sandbox path. A Server is safe for concurrent use;
-// it holds no state between requests.
+// Server serves the fs.* host requests of one session's kernel through its Root (a
+// pathmap.Map, an ssh.FS). Every path argument and the cwd are resolved by the Root,
+// which refuses what leads outside, before a handler reads or writes anything, and every
+// path in a reply is a sandbox path. A Server is safe for concurrent use; it holds no
+// state between requests.
 type Server struct {
-	m     *pathmap.Map
+	root  fsroot.Root
 	opts  Options
 	sizes sizes
 }
 
-// New returns a Server for the map m. m must stay open while the Server is used.
-func New(m *pathmap.Map, opts Options) *Server {
+// New returns a Server over root. root must stay open while the Server is used.
+func New(root fsroot.Root, opts Options) *Server {
 	opts.ReadMaxBytes = bound(opts.ReadMaxBytes, DefaultReadMaxBytes)
 	opts.ReadMaxLines = bound(opts.ReadMaxLines, DefaultReadMaxLines)
 	opts.GrepMaxMatches = bound(opts.GrepMaxMatches, DefaultGrepMaxMatches)
@@ -89,10 +86,7 @@ func New(m *pathmap.Map, opts Options) *Server {
 	if opts.Workers <= 0 {
 		opts.Workers = min(4, 2*runtime.GOMAXPROCS(0))
 	}
-	if opts.Walk == nil {
-		opts.Walk = ignore.Walk
-	}
-	return &Server{m: m, opts: opts, sizes: defaultSizes}
+	return &Server{root: root, opts: opts, sizes: defaultSizes}
 }
 
 // Serves reports whether typ is a request type this Server answers: fs.read, fs.write,
@@ -142,7 +136,7 @@ func (s *Server) Serve(ctx context.Context, typ string, args json.RawMessage) (r
 		}
 		return reply(s.Glob(ctx, a))
 	}
-	return nil, fail("serve", "", ErrUnserved, "type %q", cutUTF8(typ, 64))
+	return nil, fail("serve", "", fsroot.ErrUnserved, "type %q", cutUTF8(typ, 64))
 }
 
 // reply returns a handler's result as an interface, nil (not a typed nil) with an error.
@@ -161,7 +155,7 @@ func decode(typ string, args json.RawMessage, v any) error {
 		return nil
 	}
 	if err := json.Unmarshal(args, v); err != nil {
-		return fail(typ, "", ErrInvalid, "arguments: %s", cutUTF8(err.Error(), 200))
+		return fail(typ, "", fsroot.ErrInvalid, "arguments: %s", cutUTF8(err.Error(), 200))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/protocol"
 )
@@ -140,7 +141,7 @@ func TestDescribe(t *testing.T) {
 	if info.Code != "internal" || len(info.Message) > MaxMessage {
 		t.Fatalf("Describe(plain) = %q, %d bytes", info.Code, len(info.Message))
 	}
-	if info := Describe(fail("x", "/p", ErrBinary, "")); info.Code != "binary" || info.Version != "" {
+	if info := Describe(fail("x", "/p", fsroot.ErrBinary, "")); info.Code != "binary" || info.Version != "" {
 		t.Fatalf("Describe(binary) = %+v", info)
 	}
 }
@@ -209,11 +210,7 @@ func listTree(t testing.TB, dir string) string {
 // Every code a Server's errors can carry is a code of the protocol: a code the protocol
 // does not know would reach the kernel as internal.
 func TestEveryCodeIsAProtocolCode(t *testing.T) {
-	sentinels := []error{
-		pathmap.ErrOutside, pathmap.ErrReadOnly, pathmap.ErrNotFound, pathmap.ErrLoop, pathmap.ErrInvalid,
-		pathmap.ErrExists, pathmap.ErrCrossDevice, pathmap.ErrChanged, pathmap.ErrDenied, pathmap.ErrNoSpace,
-		pathmap.ErrInternal, ErrUnserved, ErrBinary, ErrNoMatch, ErrAmbiguous, ErrTooLarge,
-	}
+	sentinels := fsroot.Classes()
 	for _, s := range sentinels {
 		c := s.(interface{ Code() string }).Code()
 		if !protocol.Code(c).Valid() {

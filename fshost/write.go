@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // WriteArgs are the arguments of fs.write.
@@ -30,25 +30,21 @@ type WriteResult struct {
 	Created bool `json:"created"`
 }
 
-// Write serves fs.write: the whole file replaced atomically (pathmap.Target.WriteFile),
-// parent directories created, an existing file's mode and owner kept; a new file and
-// the directories made for it belong to the path map's Owner (pathmap.Config.Owner).
-// A read-only mount refuses with reason read_only and nothing is written. A full file
-// system or used-up quota answers code no_space naming the path: the file keeps its old
-// content and no partial file or new directory is left.
+// Write serves fs.write: the whole file replaced atomically (fsroot.Root.WriteFile),
+// parent directories created, an existing file's mode and owner kept; with a path map, a
+// new file and the directories made for it belong to its Owner (pathmap.Config.Owner).
+// A read-only directory refuses with reason read_only and nothing is written. A full
+// file system or used-up quota answers code no_space naming the path: the file keeps its
+// old content and no partial file or new directory is left.
 func (s *Server) Write(ctx context.Context, a WriteArgs) (*WriteResult, error) {
 	if a.Path == "" {
-		return nil, fail(TypeWrite, "", ErrInvalid, "path is required")
+		return nil, fail(TypeWrite, "", fsroot.ErrInvalid, "path is required")
 	}
-	t, err := s.m.Resolve(a.Cwd, a.Path)
+	before, err := s.root.WriteFile(ctx, a.Cwd, a.Path, []byte(a.Content))
 	if err != nil {
 		return nil, err
 	}
-	created, err := t.WriteFile([]byte(a.Content))
-	if err != nil {
-		return nil, err
-	}
-	return &WriteResult{Absolute: t.Sandbox(), Bytes: len(a.Content), Created: created}, nil
+	return &WriteResult{Absolute: before.Path, Bytes: len(a.Content), Created: !before.Exists}, nil
 }
 
 // Replacement is one exact-text replacement of fs.edit.
@@ -97,62 +93,55 @@ type EditResult struct {
 
 // Edit serves fs.edit: exact-text replacements in one file, then renames.
 //
-// Everything is checked before anything changes: every path is resolved, every mount
-// involved is writable, the file is text, each edit's old text occurs exactly once in the
-// text the previous edits left (else ErrNoMatch or ErrAmbiguous, naming the edit), and
-// the moves make sense in order (each source exists or was made by an earlier move, each
-// destination is free). Then the new text is written atomically, as fs.write writes
-// (owner and mode kept; no_space on a full disk, with nothing changed), and the moves are
-// done one by one (pathmap.Rename; the directories they make belong to the path map's
-// Owner). Only a move that fails in that second phase (the tree changed meanwhile, the
-// disk filled) can leave the edit half done; the error says which move failed.
+// Everything is checked before anything changes: every path is resolved, every
+// directory involved is writable, the file is text, each edit's old text occurs exactly
+// once in the text the previous edits left (else fsroot.ErrNoMatch or ErrAmbiguous,
+// naming the edit), and the moves make sense in order (each source exists or was made by
+// an earlier move, each destination is free). Then the new text is written atomically,
+// as fs.write writes (owner and mode kept; no_space on a full disk, with nothing
+// changed), and the moves are done one by one (fsroot.Root.Rename; the directories they
+// make belong to a path map's Owner). Only a move that fails in that second phase (the
+// tree changed meanwhile, the disk filled) can leave the edit half done; the error says
+// which move failed.
 func (s *Server) Edit(ctx context.Context, a EditArgs) (*EditResult, error) {
 	const op = TypeEdit
 	if len(a.Edits) == 0 && len(a.Moves) == 0 {
-		return nil, fail(op, a.Path, ErrInvalid, "no edits and no moves")
+		return nil, fail(op, a.Path, fsroot.ErrInvalid, "no edits and no moves")
 	}
 	res := &EditResult{Moves: []MoveResult{}}
-	var target pathmap.Target
 	var newText []byte
 	if len(a.Edits) > 0 {
 		if a.Path == "" {
-			return nil, fail(op, "", ErrInvalid, "path is required with edits")
+			return nil, fail(op, "", fsroot.ErrInvalid, "path is required with edits")
 		}
 		var err error
-		target, newText, err = s.planEdits(a)
+		res.Absolute, newText, err = s.planEdits(ctx, a)
 		if err != nil {
 			return nil, err
 		}
-		res.Absolute, res.Replacements = target.Sandbox(), len(a.Edits)
+		res.Replacements = len(a.Edits)
 	}
-	if err := s.planMoves(a); err != nil {
+	moves, err := s.planMoves(ctx, a)
+	if err != nil {
 		return nil, err
 	}
 	if newText != nil {
-		if _, err := target.WriteFile(newText); err != nil {
+		if _, err := s.root.WriteFile(ctx, a.Cwd, res.Absolute, newText); err != nil {
 			return nil, err
 		}
 	}
 	for i, mv := range a.Moves {
-		from, err := s.m.ResolveEntry(a.Cwd, mv.From)
-		if err != nil {
+		if err := s.root.Rename(ctx, a.Cwd, mv.From, mv.To); err != nil {
 			return nil, moveErr(i, err)
 		}
-		to, err := s.m.ResolveEntry(a.Cwd, mv.To)
-		if err != nil {
-			return nil, moveErr(i, err)
-		}
-		if err := pathmap.Rename(from, to); err != nil {
-			return nil, moveErr(i, err)
-		}
-		res.Moves = append(res.Moves, MoveResult{Source: from.Sandbox(), Destination: to.Sandbox()})
+		res.Moves = append(res.Moves, moves[i])
 	}
 	return res, nil
 }
 
 // moveErr says which move an error is about.
 func moveErr(i int, err error) error {
-	if fe, ok := err.(*pathmap.FsError); ok {
+	if fe, ok := err.(*fsroot.Error); ok {
 		c := *fe
 		c.Op = TypeEdit + " move " + strconv.Itoa(i)
 		return &c
@@ -160,79 +149,83 @@ func moveErr(i int, err error) error {
 	return err
 }
 
-// planEdits reads the file and applies the edits in memory.
-func (s *Server) planEdits(a EditArgs) (pathmap.Target, []byte, error) {
+// planEdits reads the file and applies the edits in memory; it returns the file's
+// sandbox path and its new text.
+func (s *Server) planEdits(ctx context.Context, a EditArgs) (string, []byte, error) {
 	const op = TypeEdit
-	f, t, err := s.m.Open(a.Cwd, a.Path)
+	f, info, err := s.root.Open(ctx, a.Cwd, a.Path)
 	if err != nil {
-		return t, nil, err
+		return "", nil, err
 	}
 	defer f.Close()
-	if t.ReadOnly() {
-		return t, nil, fail(op, t.Sandbox(), pathmap.ErrReadOnly, "")
+	if info.ReadOnly {
+		return "", nil, fail(op, info.Path, fsroot.ErrReadOnly, "")
 	}
 	text, err := io.ReadAll(io.LimitReader(f, int64(s.opts.MaxEditBytes)+1))
 	if err != nil {
-		return t, nil, fail(op, t.Sandbox(), errClass(err), "%v", err)
+		return "", nil, fail(op, info.Path, errClass(err), "%v", err)
 	}
 	if len(text) > s.opts.MaxEditBytes {
-		return t, nil, fail(op, t.Sandbox(), ErrTooLarge, "over %d bytes", s.opts.MaxEditBytes)
+		return "", nil, fail(op, info.Path, fsroot.ErrTooLarge, "over %d bytes", s.opts.MaxEditBytes)
 	}
 	if hasNUL(text, 0) || !validUTF8(text) {
-		return t, nil, fail(op, t.Sandbox(), ErrBinary, "")
+		return "", nil, fail(op, info.Path, fsroot.ErrBinary, "")
 	}
 	for i, e := range a.Edits {
 		if e.Old == "" {
-			return t, nil, fail(op, t.Sandbox(), ErrInvalid, "edit %d: old text is empty", i)
+			return "", nil, fail(op, info.Path, fsroot.ErrInvalid, "edit %d: old text is empty", i)
 		}
 		old := []byte(e.Old)
 		at := bytes.Index(text, old)
 		if at < 0 {
-			return t, nil, fail(op, t.Sandbox(), ErrNoMatch, "edit %d", i)
+			return "", nil, fail(op, info.Path, fsroot.ErrNoMatch, "edit %d", i)
 		}
 		if bytes.Index(text[at+1:], old) >= 0 {
-			return t, nil, fail(op, t.Sandbox(), ErrAmbiguous, "edit %d", i)
+			return "", nil, fail(op, info.Path, fsroot.ErrAmbiguous, "edit %d", i)
 		}
 		next := make([]byte, 0, len(text)-len(old)+len(e.New))
 		next = append(append(append(next, text[:at]...), e.New...), text[at+len(old):]...)
 		text = next
 	}
-	return t, text, nil
+	return info.Path, text, nil
 }
 
-// planMoves checks the moves in order against the tree as the earlier moves leave it.
-func (s *Server) planMoves(a EditArgs) error {
+// planMoves checks the moves in order against the tree as the earlier moves leave it,
+// and returns what each will report.
+func (s *Server) planMoves(ctx context.Context, a EditArgs) ([]MoveResult, error) {
 	gone := map[string]bool{} // sandbox paths moved away
 	made := map[string]bool{} // sandbox paths moved to
+	out := make([]MoveResult, 0, len(a.Moves))
 	for i, mv := range a.Moves {
 		if mv.From == "" || mv.To == "" {
-			return fail(TypeEdit+" move "+strconv.Itoa(i), "", ErrInvalid, "from and to are required")
+			return nil, fail(TypeEdit+" move "+strconv.Itoa(i), "", fsroot.ErrInvalid, "from and to are required")
 		}
-		from, err := s.m.ResolveEntry(a.Cwd, mv.From)
+		from, err := s.root.Lstat(ctx, a.Cwd, mv.From)
 		if err != nil {
-			return moveErr(i, err)
+			return nil, moveErr(i, err)
 		}
-		to, err := s.m.ResolveEntry(a.Cwd, mv.To)
+		to, err := s.root.Lstat(ctx, a.Cwd, mv.To)
 		if err != nil {
-			return moveErr(i, err)
+			return nil, moveErr(i, err)
 		}
-		fp, tp := from.Sandbox(), to.Sandbox()
+		fp, tp := from.Path, to.Path
 		switch {
-		case from.ReadOnly():
-			return moveErr(i, fail(TypeEdit, fp, pathmap.ErrReadOnly, ""))
-		case to.ReadOnly():
-			return moveErr(i, fail(TypeEdit, tp, pathmap.ErrReadOnly, ""))
-		case !made[fp] && (gone[fp] || !from.Exists()):
-			return moveErr(i, fail(TypeEdit, fp, pathmap.ErrNotFound, ""))
-		case !gone[tp] && (made[tp] || to.Exists()):
-			return moveErr(i, fail(TypeEdit, tp, pathmap.ErrExists, ""))
+		case from.ReadOnly:
+			return nil, moveErr(i, fail(TypeEdit, fp, fsroot.ErrReadOnly, ""))
+		case to.ReadOnly:
+			return nil, moveErr(i, fail(TypeEdit, tp, fsroot.ErrReadOnly, ""))
+		case !made[fp] && (gone[fp] || !from.Exists):
+			return nil, moveErr(i, fail(TypeEdit, fp, fsroot.ErrNotFound, ""))
+		case !gone[tp] && (made[tp] || to.Exists):
+			return nil, moveErr(i, fail(TypeEdit, tp, fsroot.ErrExists, ""))
 		case fp == tp || strings.HasPrefix(tp, fp+"/"):
-			return moveErr(i, fail(TypeEdit, tp, ErrInvalid, "cannot move a path into itself"))
+			return nil, moveErr(i, fail(TypeEdit, tp, fsroot.ErrInvalid, "cannot move a path into itself"))
 		}
 		delete(made, fp)
 		gone[fp] = true
 		delete(gone, tp)
 		made[tp] = true
+		out = append(out, MoveResult{Source: fp, Destination: tp})
 	}
-	return nil
+	return out, nil
 }

@@ -2,7 +2,6 @@ package fshost
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,8 +9,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kennel-dev/kennel/pathmap"
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/pathmap"
 )
 
 func TestWrite(t *testing.T) {
@@ -122,18 +123,6 @@ func TestEdit(t *testing.T) {
 	}
 }
 
-// need skips the test, or fails it under CI=true, when what it needs is missing.
-func need(t testing.TB, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s needed under CI=true", what)
-	}
-	t.Skipf("%s needed", what)
-}
-
 // workEnv is a session whose only mount, /work, is the host directory dir, with the
 // path map's owner o (nil: the controller's own).
 func workEnv(t testing.TB, dir string, o *pathmap.Owner) *env {
@@ -147,11 +136,13 @@ func workEnv(t testing.TB, dir string, o *pathmap.Owner) *env {
 // A write on a full file system (a real 1 MiB tmpfs) answers no_space naming the sandbox
 // path, leaves the old content and no temporary file.
 func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
-	need(t, os.Geteuid() == 0, "root, to mount a tmpfs")
+	testneed.Root(t) // to mount a tmpfs
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	must(t, err)
 	err = unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m,mode=0755")
-	need(t, err == nil, fmt.Sprintf("mount -t tmpfs (%v)", err))
+	if err != nil {
+		testneed.Missing(t, "mount -t tmpfs", err)
+	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Errorf("unmount: %v", err)
@@ -196,7 +187,7 @@ func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
 // With an owner in the path map, the files and directories fs.write and fs.edit create
 // belong to it (as the files a kernel running as that uid writes itself).
 func TestWriteGivesWhatItCreatesToTheOwner(t *testing.T) {
-	need(t, os.Geteuid() == 0, "root, to give files to another uid")
+	testneed.Root(t) // to give files to another uid
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	must(t, err)
 	buildTree(t, dir, "file g: g\n")

@@ -15,9 +15,19 @@
 //	// t.Host() == "/home/me/project/src/main.go", t.Sandbox() == "/work/src/main.go"
 //	f, err := t.Open()
 //
+// A Map is an fsroot.Root, the interface the fs.* handlers (fshost) are written over:
+// Stat, Lstat, Open, WriteFile, Rename, WalkDir and ReadFile take the request's cwd and
+// the kernel's path and do Resolve (or ResolveEntry) and the Target's operation in one
+// call. WalkDir lists trees with Config.Walk, by default ignore.Walk (.git and what
+// .gitignore files ignore are skipped).
+//
+//	rc, info, err := m.Open(ctx, "/work", "src/main.go") // info.Path "/work/src/main.go"
+//
 // # Refusals
 //
-// Every error is an *FsError with a protocol code (Code, Reason). A path outside every
+// Every error is an *FsError (fsroot.Error, the one coded error kennel's file side has)
+// with a protocol code (Code, Reason); its class is one of fsroot's (ErrOutside here is
+// fsroot.ErrOutside), each also an errdefs class (errdefs.IsNotFound(ErrNotFound)). A path outside every
 // mount, relative to the sandbox home ("~", "~user/x"), or whose walk on the host disk
 // leaves the mounts is refused with reason "outside" and version "transport@1"
 // (ErrOutside); a write below a read-only mount with "read_only" (ErrReadOnly). On a
@@ -51,9 +61,10 @@
 //   - A mount root is pinned when the Map is made: renaming a mount's host directory
 //     later does not move the mount, and the host path strings (Host, reverse mapping of
 //     absolute symlink targets) describe the directory as it was found then.
-//   - Tree walks (Walk) list names from a descriptor of the checked directory and never
-//     follow symlinks; each file is opened again beneath the mount root before its bytes
-//     are read. A name listed during a race may no longer exist when it is opened.
+//   - Tree walks (WalkDir) list names from a descriptor of the checked directory and
+//     never follow symlinks; each file is opened again beneath the mount root, with no
+//     symlink allowed on the way, before its bytes are read (ReadFile). A name listed
+//     during a race may no longer exist when it is opened.
 //   - A regular file swapped for a FIFO or a device between a walk and an open is opened
 //     non-blocking and refused without being read; opening a device can still have the
 //     device's own side effects.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 const sentinel = "SENTINEL-OUTSIDE"
@@ -131,7 +133,7 @@ func TestEscapeSuite(t *testing.T) {
 			if _, err := f.m.ResolveEntry("/work", c.path+"/x"); err == nil {
 				t.Fatalf("ResolveEntry(%q/x) accepted", c.path)
 			}
-			if file, _, err := f.m.Open("/work", c.path); err == nil {
+			if file, _, err := f.m.open("/work", c.path); err == nil {
 				file.Close()
 				t.Fatalf("Open(%q) succeeded", c.path)
 			}
@@ -159,7 +161,7 @@ func TestEscapeAllowedLinks(t *testing.T) {
 		{"okchain1", "/work/d/f", "inside"}, // a chain that stays inside
 	}
 	for _, c := range cases {
-		file, tg, err := f.m.Open("/work", c.path)
+		file, tg, err := f.m.open("/work", c.path)
 		if err != nil {
 			t.Fatalf("Open(%q): %v", c.path, err)
 		}
@@ -185,7 +187,7 @@ func TestEscapeAllowedLinks(t *testing.T) {
 // A hard link names an inode, not a path: it is served like any file (see the package doc).
 func TestHardLinkIsNotAnEscape(t *testing.T) {
 	f := newEscapeFixture(t)
-	file, _, err := f.m.Open("/work", "hard")
+	file, _, err := f.m.open("/work", "hard")
 	if err != nil {
 		t.Fatalf("Open(hard): %v", err)
 	}
@@ -249,7 +251,7 @@ func TestSwapRace(t *testing.T) {
 		var file *os.File
 		var err error
 		if i%2 == 0 {
-			file, _, err = m.Open("/work", "dir/file")
+			file, _, err = m.open("/work", "dir/file")
 		} else {
 			var tg Target
 			if tg, err = m.Resolve("/work/dir", "file"); err == nil {
@@ -278,19 +280,13 @@ func TestSwapRace(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		var rd Reader
-		_ = m.Walk(ctx, tg, nil, func(e Entry) error {
-			data, _, err := e.ReadFile(nil, 1<<20)
+		_ = m.walkTarget(ctx, tg, nil, func(e fsroot.Entry) error {
+			data, _, err := m.ReadFile(ctx, e, nil, 1<<20)
 			if err == nil && strings.Contains(string(data), sentinel) {
-				t.Errorf("walk read the sentinel through %s", e.Sandbox)
-			}
-			data, _, err = rd.ReadFile(e, nil, 1<<20)
-			if err == nil && strings.Contains(string(data), sentinel) {
-				t.Errorf("walk read the sentinel through %s with a Reader", e.Sandbox)
+				t.Errorf("walk read the sentinel through %s", e.Path)
 			}
 			return nil
 		})
-		rd.Close()
 	}
 	cancel()
 	wg.Wait()
@@ -376,13 +372,10 @@ func TestNoDescriptorLeak(t *testing.T) {
 			}
 		}
 		tg, _ := f.m.Resolve("/work", "d")
-		var rd Reader
-		f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
-			e.ReadFile(nil, 100)
-			rd.ReadFile(e, nil, 100)
+		f.m.walkTarget(context.Background(), tg, nil, func(e fsroot.Entry) error {
+			f.m.ReadFile(context.Background(), e, nil, 100)
 			return nil
 		})
-		rd.Close()
 		tg, _ = f.m.Resolve("/work", "d/x/y/z")
 		tg.WriteFile([]byte("x"))
 	}

@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
+	"github.com/kennel-dev/kennel/ignore"
 )
 
 // Mount is one host directory seen inside the sandbox at another (or the same) path.
@@ -42,6 +45,9 @@ type Config struct {
 	// cannot hold, a privilege dropped since), the write fails with ErrDenied and
 	// leaves nothing.
 	Owner *Owner
+	// Walk lists the trees Map.WalkDir walks (fs.grep, fs.glob). Nil means ignore.Walk:
+	// .git and what .gitignore files ignore are skipped, symlinks are never followed.
+	Walk WalkFunc
 }
 
 // Map maps sandbox paths to host paths and back across a fixed list of mounts, and
@@ -56,6 +62,7 @@ type Map struct {
 	bySandbox map[string]*mount // by cleaned sandbox path
 	dir       string            // sandbox path of Config.Dir
 	owner     *Owner            // Config.Owner (a copy), nil for the controller's own
+	list      WalkFunc          // Config.Walk, or ignore.Walk: how trees are listed
 }
 
 // mount is a Mount with its resolved root.
@@ -92,7 +99,10 @@ func New(cfg Config) (*Map, error) {
 		d := filepath.Clean(cfg.Dir)
 		mounts = []Mount{{Sandbox: d, Host: d}}
 	}
-	m := &Map{bySandbox: make(map[string]*mount, len(mounts)), owner: owner}
+	m := &Map{bySandbox: make(map[string]*mount, len(mounts)), owner: owner, list: cfg.Walk}
+	if m.list == nil {
+		m.list = ignore.Walk
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -343,20 +353,8 @@ func joinComps(base string, c []string) string {
 }
 
 // MaxPath is the longest path (in bytes) the map accepts, as the host's PATH_MAX.
-const MaxPath = 4096
+const MaxPath = fsroot.MaxPath
 
-// checkSyntax refuses what can never be a usable sandbox path: empty, a NUL byte, longer
-// than MaxPath, or relative to the sandbox home ("~", "~/x", "~user/x").
-func checkSyntax(op, unsafePath string) error {
-	switch {
-	case unsafePath == "":
-		return newErr(op, "", ErrInvalid, detail("empty path"))
-	case strings.IndexByte(unsafePath, 0) >= 0:
-		return newErr(op, unsafePath, ErrInvalid, detail("NUL byte in path"))
-	case len(unsafePath) > MaxPath:
-		return newErr(op, unsafePath, ErrInvalid, detail("path too long"))
-	case unsafePath[0] == '~':
-		return newErr(op, unsafePath, ErrOutside, detail("paths relative to the sandbox home are not mapped"))
-	}
-	return nil
-}
+// checkSyntax refuses what can never be a usable sandbox path (fsroot.CheckPath): empty,
+// a NUL byte, longer than MaxPath, or relative to the sandbox home ("~", "~/x", "~user/x").
+func checkSyntax(op, unsafePath string) error { return fsroot.CheckPath(op, unsafePath) }

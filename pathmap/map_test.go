@@ -305,7 +305,7 @@ func TestErrorMessageNamesNoHostPath(t *testing.T) {
 
 func TestOpenReadsCheckedFile(t *testing.T) {
 	f := newFixture(t)
-	file, tg, err := f.m.Open("/work", "lin")
+	file, tg, err := f.m.open("/work", "lin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,12 +315,12 @@ func TestOpenReadsCheckedFile(t *testing.T) {
 		t.Fatalf("read %q, %v at %q", b, err, tg.Sandbox())
 	}
 	for p, want := range map[string]string{"d": "invalid", "nope": "not_found", "/etc/passwd": "outside"} {
-		if _, _, err := f.m.Open("/work", p); reason(t, err) != want {
+		if _, _, err := f.m.open("/work", p); reason(t, err) != want {
 			t.Errorf("Open(%q): %v; want %s", p, err, want)
 		}
 	}
 	buildTree(t, f.a, "fifo p")
-	if _, _, err := f.m.Open("/work", "p"); reason(t, err) != "invalid" {
+	if _, _, err := f.m.open("/work", "p"); reason(t, err) != "invalid" {
 		t.Errorf("Open(fifo): %v; want invalid", err)
 	}
 }

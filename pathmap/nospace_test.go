@@ -9,41 +9,26 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// need skips the test, or fails it under CI=true, when what it needs is missing.
-func need(t testing.TB, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s needed under CI=true", what)
-	}
-	t.Skipf("%s needed", what)
-}
+	"github.com/kennel-dev/kennel/internal/testneed"
+)
 
 // mountTmpfs mounts a tmpfs of the given size ("1m") on a new temporary directory and
 // unmounts it when the test ends (before the directory is removed).
 func mountTmpfs(t testing.TB, size string) string {
 	t.Helper()
-	need(t, os.Geteuid() == 0, "root, to mount a tmpfs")
+	testneed.Root(t) // to mount a tmpfs
 	dir := tempDir(t)
 	err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+size+",mode=0755")
-	need(t, err == nil, "mount -t tmpfs ("+errString(err)+")")
+	if err != nil {
+		testneed.Missing(t, "mount -t tmpfs", err)
+	}
 	t.Cleanup(func() {
 		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
 	return dir
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return err.Error()
 }
 
 // fill writes zeros to the file p until its file system is full.

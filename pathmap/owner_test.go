@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 func TestParseOwner(t *testing.T) {
@@ -59,7 +61,7 @@ func ownerOf(t *testing.T, p string) string {
 // With an Owner, the files and directories WriteFile and Rename create belong to it; a
 // replaced file keeps its own owner and mode, and existing directories are left alone.
 func TestWriteFileGivesWhatItCreatesToTheOwner(t *testing.T) {
-	need(t, os.Geteuid() == 0, "root, to give files to another uid")
+	testneed.Root(t) // to give files to another uid
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
 	dir := tempDir(t)
@@ -126,7 +128,7 @@ func TestWriteFileWithoutOwnerGivesNewFilesToTheController(t *testing.T) {
 // (capabilities are per thread; the thread ends with fn, never reused).
 func onThreadWithoutChown(t *testing.T, fn func() error) error {
 	t.Helper()
-	need(t, os.Geteuid() == 0, "root, to drop CAP_CHOWN from a thread")
+	testneed.Root(t) // to drop CAP_CHOWN from a thread
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with this goroutine
@@ -208,7 +210,7 @@ func TestWriteFileFailsClosedWhenTheChownFails(t *testing.T) {
 // A directory WriteFile made that is no longer empty when it is opened was swapped in by
 // someone else after the mkdirat: it is not handed to the Owner.
 func TestGiveDirRefusesADirectorySwappedIn(t *testing.T) {
-	need(t, os.Geteuid() == 0, "root, to give a directory to another uid")
+	testneed.Root(t) // to give a directory to another uid
 	dir := tempDir(t)
 	buildTree(t, dir, "file swapped/theirs: x", "dir fresh")
 	for p, want := range map[string]error{"swapped": ErrChanged, "fresh": nil} {

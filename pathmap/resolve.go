@@ -5,11 +5,13 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // MaxSymlinks is the most symlinks one resolution follows, as Linux's own limit; one more
 // is ErrLoop.
-const MaxSymlinks = 40
+const MaxSymlinks = fsroot.MaxSymlinks
 
 // Resolve maps a sandbox path from the sandbox to a checked location on the host.
 //
@@ -151,7 +153,7 @@ func (m *Map) fast(cwd, unsafePath, display string) (t Target, ok bool, err erro
 	if fileType(&st) != unix.S_IFDIR && (strings.HasSuffix(unsafePath, "/") || strings.HasSuffix(unsafePath, "/.") || unsafePath == ".") {
 		return Target{}, false, nil // "file/" is not a directory: the walk says so
 	}
-	return Target{m: m, mnt: fm, rel: rel, typ: fileType(&st), dev: st.Dev, ino: st.Ino}, true, nil
+	return Target{m: m, mnt: fm, rel: rel, typ: fileType(&st), dev: st.Dev, ino: st.Ino, size: st.Size}, true, nil
 }
 
 // comp is one path component still to walk.
@@ -186,6 +188,7 @@ type walker struct {
 	typ     uint32 // S_IFMT of the position (S_IFDIR at mount roots and outside)
 	dev     uint64 // identity of the position on disk
 	ino     uint64
+	size    int64    // its size
 	tail    []string // components that do not exist; non-nil once one was missing
 	hops    int      // symlinks followed
 }
@@ -341,7 +344,7 @@ func (w *walker) step(c comp, queue []comp) ([]comp, error) {
 		closeFd(fd)
 	}
 	w.rel = append(w.rel, c.name)
-	w.typ, w.dev, w.ino = fileType(&st), st.Dev, st.Ino
+	w.typ, w.dev, w.ino, w.size = fileType(&st), st.Dev, st.Ino, st.Size
 	return queue, nil
 }
 
@@ -461,7 +464,7 @@ func (w *walker) entryStep(c string) error {
 		return w.diskErr(err)
 	}
 	w.rel = append(w.rel, c)
-	w.typ, w.dev, w.ino = fileType(&st), st.Dev, st.Ino
+	w.typ, w.dev, w.ino, w.size = fileType(&st), st.Dev, st.Ino, st.Size
 	return nil
 }
 
@@ -476,7 +479,7 @@ func (w *walker) diskErr(err error) error {
 
 // target returns the Target of the walk's position.
 func (w *walker) target() Target {
-	t := Target{m: w.m, mnt: w.mnt, rel: strings.Join(w.rel, "/"), typ: w.typ, dev: w.dev, ino: w.ino}
+	t := Target{m: w.m, mnt: w.mnt, rel: strings.Join(w.rel, "/"), typ: w.typ, dev: w.dev, ino: w.ino, size: w.size}
 	if w.tail != nil {
 		t.tail = append([]string(nil), w.tail...)
 	}

@@ -1,6 +1,7 @@
 package pathmap
 
 import (
+	"errors"
 	"os"
 	"strings"
 
@@ -23,6 +24,7 @@ type Target struct {
 	typ  uint32   // S_IFMT of the existing part
 	dev  uint64   // identity of the existing part, as checked
 	ino  uint64
+	size int64 // its size, as checked
 }
 
 // Sandbox returns the target's sandbox path: its mount's sandbox path joined with the
@@ -105,28 +107,22 @@ func reopenErrno(op, name string, err error) error {
 	return fromErrno(op, name, err)
 }
 
-// maxAttempts is how often Open resolves a path again when it changed under the check.
+// maxAttempts is how often open resolves a path again when it changed under the check.
 const maxAttempts = 4
 
-// Open resolves unsafePath (as Resolve) and opens it for reading (as Target.Open),
+// open resolves unsafePath (as Resolve) and opens it for reading (as Target.Open),
 // resolving again when the path changed between check and open, up to a few times.
-func (m *Map) Open(unsafeCwd, unsafePath string) (*os.File, Target, error) {
+func (m *Map) open(unsafeCwd, unsafePath string) (*os.File, Target, error) {
 	for attempt := 1; ; attempt++ {
 		t, err := m.Resolve(unsafeCwd, unsafePath)
 		if err != nil {
 			return nil, Target{}, err
 		}
 		f, err := t.Open()
-		if err == nil || attempt == maxAttempts || !isChanged(err) {
+		if err == nil || attempt == maxAttempts || !errors.Is(err, ErrChanged) {
 			return f, t, err
 		}
 	}
-}
-
-// isChanged reports whether err is ErrChanged.
-func isChanged(err error) bool {
-	fe, ok := err.(*FsError)
-	return ok && fe.Reason == "changed"
 }
 
 // relJoin joins two slash-separated relative paths ("" is the root).

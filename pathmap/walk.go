@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // WalkFunc walks the directory tree at root (a host path), calling fn for every entry
@@ -20,30 +22,16 @@ import (
 // shape (and skips .git and what .gitignore files ignore).
 type WalkFunc func(ctx context.Context, root string, fn func(rel string, d fs.DirEntry) error) error
 
-// Entry is one entry found by Walk.
-type Entry struct {
-	// Sandbox is the entry's sandbox path.
-	Sandbox string
-	// Rel is the entry's path relative to the walked target, slash-separated.
-	Rel string
-	// Type is the entry's type bits, as fs.DirEntry.Type reports them.
-	Type fs.FileMode
-
-	mnt *mount
-	rel string // below mnt's root
-}
-
-// Walk walks the tree of the directory t as the sandbox sees it: the tree below t's host
-// directory, except that a deeper mount's sandbox path shows that mount's tree instead of
-// what the host has there. walk lists each tree (nil: every entry); its root is given as
-// a descriptor path (/proc/self/fd/N) of the directory checked, so the walk starts where
-// the check ended. fn gets the entries; a directory that is another mount's place is not
-// reported and not entered. A t that is not a directory yields itself as the one entry
-// (Rel is its name). fs.SkipAll from fn ends the walk with nil.
+// walkTarget walks the tree of the directory t as the sandbox sees it: the tree below
+// t's host directory, except that a deeper mount's sandbox path shows that mount's tree
+// instead of what the host has there. walk lists each tree (nil: every entry); its root
+// is given as a descriptor path (/proc/self/fd/N) of the directory checked, so the walk
+// starts where the check ended. fn gets the entries; a directory that is another mount's
+// place is not reported and not entered. A t that is not a directory yields itself as
+// the one entry (Rel is its name). fs.SkipAll from fn ends the walk with nil.
 //
-// Entries are names only: open them with Entry.Open or Entry.ReadFile, which check again
-// beneath the mount's root.
-func (m *Map) Walk(ctx context.Context, t Target, walk WalkFunc, fn func(Entry) error) error {
+// Entries are names only: Map.ReadFile opens them again beneath the mount's root.
+func (m *Map) walkTarget(ctx context.Context, t Target, walk WalkFunc, fn func(fsroot.Entry) error) error {
 	const op = "walk"
 	if t.mnt == nil || t.tail != nil {
 		return newErr(op, t.sandboxOrEmpty(), ErrNotFound, nil)
@@ -52,7 +40,7 @@ func (m *Map) Walk(ctx context.Context, t Target, walk WalkFunc, fn func(Entry) 
 		walk = walkAll
 	}
 	if t.typ != unix.S_IFDIR {
-		err := fn(Entry{Sandbox: t.Sandbox(), Rel: path.Base(t.Sandbox()), Type: modeType(t.typ), mnt: t.mnt, rel: t.rel})
+		err := fn(fsroot.Entry{Path: t.Sandbox(), Rel: path.Base(t.Sandbox()), Type: modeType(t.typ)})
 		if err == fs.SkipAll || err == fs.SkipDir {
 			return nil
 		}
@@ -103,7 +91,7 @@ func (m *Map) Walk(ctx context.Context, t Target, walk WalkFunc, fn func(Entry) 
 					return nil
 				}
 			}
-			return fn(Entry{Sandbox: sp, Rel: relJoin(r.prefix, rel), Type: d.Type(), mnt: r.mnt, rel: relJoin(r.rel, rel)})
+			return fn(fsroot.Entry{Path: sp, Rel: relJoin(r.prefix, rel), Type: d.Type()})
 		})
 		closeFd(fd)
 		if err == fs.SkipAll {
@@ -170,26 +158,6 @@ func modeType(typ uint32) fs.FileMode {
 	return 0
 }
 
-// Open opens the entry, a regular file, for reading, beneath its mount's root with no
-// symlink on the way (ErrChanged if one appeared since the walk listed it). A FIFO or
-// device found there is refused, never read.
-func (e Entry) Open() (*os.File, error) {
-	fd, _, err := e.openFd()
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		closeFd(fd)
-		return nil, fromErrno("open", e.Sandbox, err)
-	}
-	return os.NewFile(uintptr(fd), e.Sandbox), nil
-}
-
-// openFd opens the entry non-blocking and checks that it is a regular file.
-func (e Entry) openFd() (int, int64, error) {
-	return openRegular(e.mnt.root, e.rel, e.Sandbox)
-}
-
 // openRegular opens rel beneath dirfd, non-blocking and with no symlink on the way, and
 // checks that it is a regular file (a FIFO or device is closed unread). name is the
 // sandbox path for errors.
@@ -211,24 +179,10 @@ func openRegular(dirfd int, rel, name string) (int, int64, error) {
 	return fd, st.Size, nil
 }
 
-// reopenErr classifies an error from opening the entry again.
-func (e Entry) reopenErr(err error) error { return reopenErrno("open", e.Sandbox, err) }
-
-// ReadFile reads the entry (as Open checks it) into buf's storage, grown as needed, and
-// returns the bytes read. It reads at most max bytes; more reports that the file holds
-// more than that (data then has max bytes). It uses plain read(2) calls, no *os.File,
-// and stops once it has the size fstat reported (a file that grows meanwhile is read to
-// that size; one that reports size 0, as /proc files do, is read to its end).
-func (e Entry) ReadFile(buf []byte, max int) (data []byte, more bool, err error) {
-	fd, size, err := e.openFd()
-	if err != nil {
-		return buf[:0], false, err
-	}
-	defer closeFd(fd)
-	return readAll(fd, e.Sandbox, size, buf, max)
-}
-
-// readAll reads an open regular file of size size as Entry.ReadFile describes.
+// readAll reads an open regular file of size size into buf's storage, grown as needed:
+// at most max bytes (more: the file holds more). It uses plain read(2) calls, no
+// *os.File, and stops once it has the size fstat reported (a file that grows meanwhile
+// is read to that size; one that reports size 0, as /proc files do, is read to its end).
 func readAll(fd int, name string, size int64, buf []byte, max int) (data []byte, more bool, err error) {
 	data = buf[:0]
 	if want := int(min(size+1, int64(max))); want > cap(data) {
@@ -257,44 +211,6 @@ func readAll(fd int, name string, size int64, buf []byte, max int) (data []byte,
 		if int64(len(data)) == size && size > 0 && len(data) < max {
 			return data, false, nil // all fstat reported; no read just to see the end
 		}
-	}
-}
-
-// Reader reads the regular files a walk lists, one after another, keeping a descriptor
-// of the directory of the last one: files of one directory then cost one single-name
-// openat2 each, beneath that directory (itself opened beneath the mount's root with no
-// symlink on the way). The zero Reader is ready; Close releases the directory. A Reader
-// is not safe for concurrent use.
-type Reader struct {
-	mnt   *mount
-	dir   string // rel of the directory held
-	dirfd int    // its descriptor, valid when mnt is not nil
-}
-
-// ReadFile is Entry.ReadFile through the Reader's directory descriptor.
-func (r *Reader) ReadFile(e Entry, buf []byte, max int) (data []byte, more bool, err error) {
-	dir, name := parentOf(e.rel)
-	if r.mnt != e.mnt || r.dir != dir {
-		r.Close()
-		fd, err := openat2(e.mnt.root, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveStrict)
-		if err != nil {
-			return buf[:0], false, e.reopenErr(err)
-		}
-		r.mnt, r.dir, r.dirfd = e.mnt, dir, fd
-	}
-	fd, size, err := openRegular(r.dirfd, name, e.Sandbox)
-	if err != nil {
-		return buf[:0], false, err
-	}
-	defer closeFd(fd)
-	return readAll(fd, e.Sandbox, size, buf, max)
-}
-
-// Close releases the directory descriptor the Reader holds.
-func (r *Reader) Close() {
-	if r.mnt != nil {
-		closeFd(r.dirfd)
-		r.mnt = nil
 	}
 }
 

@@ -2,10 +2,13 @@ package pathmap
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 func TestWalkSeesSandboxLayout(t *testing.T) {
@@ -13,21 +16,25 @@ func TestWalkSeesSandboxLayout(t *testing.T) {
 	tg, err := f.m.Resolve("/work", ".")
 	must(t, err)
 	var got []string
-	var rd Reader
-	defer rd.Close()
-	err = f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
-		got = append(got, e.Rel+" "+e.Sandbox)
+	ctx := context.Background()
+	err = f.m.walkTarget(ctx, tg, nil, func(e fsroot.Entry) error {
+		got = append(got, e.Rel+" "+e.Path)
 		if e.Type.IsRegular() {
-			a, _, err := e.ReadFile(nil, 1<<20)
+			a, _, err := f.m.ReadFile(ctx, e, nil, 1<<20)
 			if err != nil {
-				t.Errorf("ReadFile(%s): %v", e.Sandbox, err)
+				t.Errorf("ReadFile(%s): %v", e.Path, err)
 			}
-			b, _, err := rd.ReadFile(e, nil, 1<<20)
+			rc, _, err := f.m.Open(ctx, "", e.Path)
+			if err != nil {
+				t.Fatalf("Open(%s): %v", e.Path, err)
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
 			if err != nil || string(a) != string(b) {
-				t.Errorf("Reader.ReadFile(%s) = %q, %v; Entry.ReadFile %q", e.Sandbox, b, err, a)
+				t.Errorf("Open(%s) read %q, %v; ReadFile %q", e.Path, b, err, a)
 			}
-		} else if _, _, err := rd.ReadFile(e, nil, 1<<20); err == nil {
-			t.Errorf("Reader.ReadFile(%s) read a %v", e.Sandbox, e.Type)
+		} else if _, _, err := f.m.ReadFile(ctx, e, nil, 1<<20); err == nil {
+			t.Errorf("ReadFile(%s) read a %v", e.Path, e.Type)
 		}
 		return nil
 	})
@@ -48,9 +55,9 @@ func TestWalkSeesSandboxLayout(t *testing.T) {
 	// A file yields itself; fs.SkipAll stops.
 	tg, _ = f.m.Resolve("/work", "lin")
 	n := 0
-	must(t, f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
+	must(t, f.m.walkTarget(ctx, tg, nil, func(e fsroot.Entry) error {
 		n++
-		if e.Sandbox != "/work/d/f" || e.Rel != "f" {
+		if e.Path != "/work/d/f" || e.Rel != "f" {
 			t.Errorf("file walk gave %+v", e)
 		}
 		return fs.SkipAll
@@ -58,12 +65,12 @@ func TestWalkSeesSandboxLayout(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("file walk gave %d entries", n)
 	}
-	// Entries that are not regular files are refused by Open.
+	// Entries that are not regular files are refused by ReadFile.
 	tg, _ = f.m.Resolve("/work", ".")
-	must(t, f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
+	must(t, f.m.walkTarget(ctx, tg, nil, func(e fsroot.Entry) error {
 		if e.Type&fs.ModeSymlink != 0 {
-			if _, err := e.Open(); reason(t, err) == "" {
-				t.Errorf("Open(%s) opened a symlink", e.Sandbox)
+			if _, _, err := f.m.ReadFile(ctx, e, nil, 100); reason(t, err) == "" {
+				t.Errorf("ReadFile(%s) opened a symlink", e.Path)
 			}
 		}
 		return nil
@@ -73,12 +80,13 @@ func TestWalkSeesSandboxLayout(t *testing.T) {
 func TestReadFileBounded(t *testing.T) {
 	f := newFixture(t)
 	tg, _ := f.m.Resolve("/work", "d")
-	must(t, f.m.Walk(context.Background(), tg, nil, func(e Entry) error {
-		data, more, err := e.ReadFile(make([]byte, 0, 2), 3)
+	ctx := context.Background()
+	must(t, f.m.walkTarget(ctx, tg, nil, func(e fsroot.Entry) error {
+		data, more, err := f.m.ReadFile(ctx, e, make([]byte, 0, 2), 3)
 		if err != nil || string(data) != "hel" || !more {
 			t.Errorf("ReadFile max 3 = %q, %v, %v", data, more, err)
 		}
-		data, more, err = e.ReadFile(nil, 5)
+		data, more, err = f.m.ReadFile(ctx, e, nil, 5)
 		if err != nil || string(data) != "hello" || more {
 			t.Errorf("ReadFile max 5 = %q, %v, %v", data, more, err)
 		}
@@ -91,7 +99,7 @@ func TestWalkCancel(t *testing.T) {
 	tg, _ := f.m.Resolve("/work", ".")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := f.m.Walk(ctx, tg, nil, func(Entry) error { return nil }); err != context.Canceled {
+	if err := f.m.walkTarget(ctx, tg, nil, func(fsroot.Entry) error { return nil }); err != context.Canceled {
 		t.Fatalf("Walk with a cancelled context: %v", err)
 	}
 }

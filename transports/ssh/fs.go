@@ -8,15 +8,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path"
+	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/pkg/sftp"
 
 	"github.com/kennel-dev/kennel/fshost"
-	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
 // ParseWorkspace splits a remote workspace "[user@]host:/path" into its target and its
@@ -36,32 +37,41 @@ func ParseWorkspace(s string) (target, dir string, err error) {
 	return target, dir, nil
 }
 
-// FSOptions bounds what FS replies hold. Zero values mean fshost's defaults.
+// FSOptions configure an FS. The zero value serves the workspace read-write with
+// fshost's default bounds.
 type FSOptions struct {
-	// ReadMaxBytes and ReadMaxLines bound an fs.read reply.
-	ReadMaxBytes int
-	ReadMaxLines int
-	// MaxFileBytes is the largest file fs.read reads (too_large beyond). Zero means 64 MiB.
-	MaxFileBytes int64
+	// ReadOnly refuses every change below the workspace (fs.write, fs.edit) with
+	// reason read_only; reads and searches still work.
+	ReadOnly bool
+	// Limits bound the replies of Serve (zero values are fshost's defaults).
+	Limits fshost.Options
 }
 
-// FS serves a remote workspace's fs.read and fs.write requests over SFTP on the host's
-// shared connection. It implements the controller's HostHandler (Serves, Serve). Paths
-// are the host's own (the kernel runs there): one mount, the workspace directory, at
-// its real path.
+// FS is a remote workspace served over SFTP on the host's shared connection: an
+// fsroot.Root, so fshost's handlers serve its fs.read, fs.write, fs.edit, fs.grep and
+// fs.glob exactly as they serve local files (a read streams the file; nothing reads a
+// whole file into memory but fs.edit, up to its 64 MiB bound). It is also the
+// controller's HostHandler (Serves, Serve: fshost.New(fs, FSOptions.Limits)). Sandbox
+// paths are the host's own (the kernel runs there): one directory, the workspace, at its
+// real path.
 //
 // Every path the kernel names is resolved by the server (SFTP realpath, which follows
-// every symlink); a result outside the workspace's real path is refused with reason
-// "outside" before anything is opened. A missing tail (a file to create) is checked on
-// its deepest existing ancestor. SFTP has no descriptor-relative open: a symlink swapped
-// in between the check and the open on the host can still redirect that one open. A
-// kernel on the host can do that only to files it can already reach by itself, since it
-// runs there as the same user.
+// every symlink; a dangling one is read and followed here, up to fsroot.MaxSymlinks); a
+// result outside the workspace's real path is refused with reason "outside" before
+// anything is opened, as is a cwd outside it. A missing tail (a file to create) is checked
+// on its deepest existing ancestor. SFTP has no descriptor-relative open: a symlink
+// swapped in between the check and the open on the host can still redirect that one
+// open, and a FIFO swapped in for a regular file blocks the SFTP session. A kernel on the
+// host can do that only to files it can already reach by itself, since it runs there as
+// the same user. WalkDir skips .git but does not apply .gitignore files.
 type FS struct {
-	c    *sftp.Client
-	root string // the workspace's real path on the host
-	opts FSOptions
+	c        *sftp.Client
+	root     string // the workspace's real path on the host
+	readOnly bool
+	srv      *fshost.Server
 }
+
+var _ fsroot.Root = (*FS)(nil)
 
 // OpenFS opens the remote workspace "[user@]host:/path": an SFTP session on the host's
 // shared connection. The workspace must exist and be a directory. Close ends the SFTP
@@ -83,23 +93,16 @@ func (h *Hosts) OpenFS(ctx context.Context, workspace string, opts FSOptions) (*
 	if err == nil {
 		var fi os.FileInfo
 		if fi, err = sc.Stat(root); err == nil && !fi.IsDir() {
-			err = fmt.Errorf("not a directory")
+			err = errors.New("not a directory")
 		}
 	}
 	if err != nil {
 		sc.Close()
-		return nil, fmt.Errorf("open workspace %s: %w: %w", workspace, err, pathmap.ErrNotFound)
+		return nil, fmt.Errorf("open workspace %s: %w: %w", workspace, err, fsroot.ErrNotFound)
 	}
-	if opts.ReadMaxBytes <= 0 {
-		opts.ReadMaxBytes = fshost.DefaultReadMaxBytes
-	}
-	if opts.ReadMaxLines <= 0 {
-		opts.ReadMaxLines = 2000
-	}
-	if opts.MaxFileBytes <= 0 {
-		opts.MaxFileBytes = 64 << 20
-	}
-	return &FS{c: sc, root: root, opts: opts}, nil
+	f := &FS{c: sc, root: root, readOnly: opts.ReadOnly}
+	f.srv = fshost.New(f, opts.Limits)
+	return f, nil
 }
 
 // Root is the workspace's real path on the host.
@@ -108,242 +111,461 @@ func (f *FS) Root() string { return f.root }
 // Close ends the SFTP session.
 func (f *FS) Close() error { return f.c.Close() }
 
-// Serves reports whether typ is fs.read or fs.write.
-func (f *FS) Serves(typ string) bool { return typ == fshost.TypeRead || typ == fshost.TypeWrite }
+// Serves reports whether typ is one of the fs.* types fshost serves.
+func (f *FS) Serves(typ string) bool { return f.srv.Serves(typ) }
 
-// Serve answers one request (fshost.ReadArgs or fshost.WriteArgs as JSON) with the same
-// result types as fshost.Server. Errors carry the protocol code (Code method) and, for
-// refusals, reason and version (fshost.Describe).
+// Serve answers one fs.* request as fshost.Server.Serve does, over this workspace.
 func (f *FS) Serve(ctx context.Context, typ string, args json.RawMessage) (any, error) {
-	switch typ {
-	case fshost.TypeRead:
-		var a fshost.ReadArgs
-		if err := json.Unmarshal(args, &a); err != nil {
-			return nil, fsFail(typ, "", pathmap.ErrInvalid, "bad arguments")
-		}
-		return f.Read(ctx, a)
-	case fshost.TypeWrite:
-		var a fshost.WriteArgs
-		if err := json.Unmarshal(args, &a); err != nil {
-			return nil, fsFail(typ, "", pathmap.ErrInvalid, "bad arguments")
-		}
-		return f.Write(ctx, a)
-	}
-	return nil, fsFail(typ, "", fshost.ErrUnserved, "")
+	return f.srv.Serve(ctx, typ, args)
 }
 
-func fsFail(op, p string, sentinel error, msg string) error {
-	err := sentinel
-	if msg != "" {
-		err = fmt.Errorf("%s: %w", msg, sentinel)
-	}
-	code := "internal"
-	var coded interface{ Code() string }
-	if errors.As(sentinel, &coded) {
-		code = coded.Code()
-	}
-	fe := &pathmap.FsError{Op: op, Path: p, Reason: code, Err: err}
-	if code == "outside" || code == "read_only" {
-		fe.Version = pathmap.Version
-	}
-	return fe
+// Stat resolves unsafePath on the host, following every symlink (fsroot.Root).
+func (f *FS) Stat(ctx context.Context, cwd, unsafePath string) (fsroot.Info, error) {
+	r, err := f.resolve(ctx, cwd, unsafePath, false)
+	return r.info, err
 }
+
+// Lstat resolves unsafePath on the host without following its last component
+// (fsroot.Root).
+func (f *FS) Lstat(ctx context.Context, cwd, unsafePath string) (fsroot.Info, error) {
+	r, err := f.resolve(ctx, cwd, unsafePath, true)
+	return r.info, err
+}
+
+// Open opens the regular file unsafePath for reading: a stream over SFTP (fsroot.Root).
+func (f *FS) Open(ctx context.Context, cwd, unsafePath string) (io.ReadCloser, fsroot.Info, error) {
+	const op = "open"
+	r, err := f.resolve(ctx, cwd, unsafePath, false)
+	if err != nil {
+		return nil, fsroot.Info{}, err
+	}
+	p := r.info.Path
+	switch {
+	case !r.info.Exists:
+		return nil, fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrNotFound, nil)
+	case r.info.IsDir():
+		return nil, fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrInvalid, errors.New("is a directory"))
+	case !r.info.IsRegular():
+		return nil, fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrInvalid, errors.New("not a regular file"))
+	}
+	file, err := f.c.Open(p)
+	if err != nil {
+		return nil, fsroot.Info{}, sftpErr(op, p, err)
+	}
+	fi, err := file.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		file.Close()
+		return nil, fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrChanged, errors.New("no longer a regular file"))
+	}
+	r.info.Size = fi.Size()
+	return file, r.info, nil
+}
+
+// WriteFile replaces the file unsafePath: a temporary file beside it, synced where the
+// server can (fsync@openssh.com), then posix-rename over it; missing parent directories
+// are made inside the workspace, and removed again on failure. A replaced file keeps its
+// mode and, where the server allows, its owner (fsroot.Root).
+func (f *FS) WriteFile(ctx context.Context, cwd, unsafePath string, data []byte) (fsroot.Info, error) {
+	const op = "write"
+	r, err := f.resolve(ctx, cwd, unsafePath, false)
+	if err != nil {
+		return fsroot.Info{}, err
+	}
+	p := r.info.Path
+	switch {
+	case f.readOnly:
+		return fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrReadOnly, nil)
+	case r.info.IsDir():
+		return fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrInvalid, errors.New("is a directory"))
+	case r.info.Exists && !r.info.IsRegular():
+		return fsroot.Info{}, fsroot.NewError(op, p, fsroot.ErrInvalid, errors.New("not a regular file"))
+	}
+	undo, err := f.makeParents(op, r)
+	if err != nil {
+		return fsroot.Info{}, err
+	}
+	mode, owner := os.FileMode(0o644), (*sftp.FileStat)(nil)
+	if r.info.Exists {
+		mode = r.mode.Perm()
+		owner, _ = r.sys.(*sftp.FileStat)
+	}
+	tmp := path.Join(path.Dir(p), fmt.Sprintf(".kennel-tmp-%016x", rand.Uint64()))
+	w, err := f.c.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
+	if err != nil {
+		undo()
+		return fsroot.Info{}, sftpErr(op, p, err)
+	}
+	_, werr := w.Write(data)
+	if werr == nil {
+		werr = w.Chmod(mode)
+	}
+	if werr == nil && owner != nil {
+		_ = w.Chown(int(owner.UID), int(owner.GID)) // best effort, as a path map without an Owner
+	}
+	if _, ok := f.c.HasExtension("fsync@openssh.com"); ok && werr == nil {
+		werr = w.Sync()
+	}
+	if cerr := w.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = f.c.PosixRename(tmp, p)
+	}
+	if werr != nil {
+		_ = f.c.Remove(tmp)
+		undo()
+		return fsroot.Info{}, sftpErr(op, p, werr)
+	}
+	return r.info, nil
+}
+
+// Rename moves the entry oldPath to newPath with SFTP rename, which does not replace an
+// existing destination (fsroot.Root).
+func (f *FS) Rename(ctx context.Context, cwd, oldPath, newPath string) error {
+	const op = "rename"
+	from, err := f.resolve(ctx, cwd, oldPath, true)
+	if err != nil {
+		return err
+	}
+	to, err := f.resolve(ctx, cwd, newPath, true)
+	if err != nil {
+		return err
+	}
+	fp, tp := from.info.Path, to.info.Path
+	switch {
+	case f.readOnly:
+		return fsroot.NewError(op, fp, fsroot.ErrReadOnly, nil)
+	case !from.info.Exists:
+		return fsroot.NewError(op, fp, fsroot.ErrNotFound, nil)
+	case to.info.Exists:
+		return fsroot.NewError(op, tp, fsroot.ErrExists, nil)
+	case strings.HasPrefix(tp, fp+"/"):
+		return fsroot.NewError(op, tp, fsroot.ErrInvalid, errors.New("cannot move a directory into itself"))
+	}
+	undo, err := f.makeParents(op, to)
+	if err != nil {
+		return err
+	}
+	if err := f.c.Rename(fp, tp); err != nil {
+		undo()
+		if _, serr := f.c.Lstat(tp); serr == nil {
+			return fsroot.NewError(op, tp, fsroot.ErrExists, nil)
+		}
+		return sftpErr(op, fp, err)
+	}
+	return nil
+}
+
+// WalkDir lists the tree at unsafePath with SFTP readdir: names in byte order, .git
+// skipped, symlinks reported and not entered (fsroot.Root).
+func (f *FS) WalkDir(ctx context.Context, cwd, unsafePath string, fn func(fsroot.Entry) error) error {
+	r, err := f.resolve(ctx, cwd, unsafePath, false)
+	if err != nil {
+		return err
+	}
+	p := r.info.Path
+	if !r.info.Exists {
+		return fsroot.NewError("walk", p, fsroot.ErrNotFound, nil)
+	}
+	if !r.info.IsDir() {
+		err = fn(fsroot.Entry{Path: p, Rel: path.Base(p), Type: r.info.Type})
+	} else {
+		err = f.walk(ctx, p, "", 0, fn)
+	}
+	if err == fs.SkipAll || err == fs.SkipDir {
+		return nil
+	}
+	return err
+}
+
+// maxWalkDepth is the deepest directory WalkDir enters, as ignore.MaxDepth.
+const maxWalkDepth = 1024
+
+// walk lists the directory dir (at rel below the walk's root, depth deep).
+func (f *FS) walk(ctx context.Context, dir, rel string, depth int, fn func(fsroot.Entry) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if depth > maxWalkDepth {
+		return fsroot.NewError("walk", dir, fsroot.ErrInvalid, errors.New("directory tree too deep"))
+	}
+	ents, err := f.c.ReadDirContext(ctx, dir)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return sftpErr("walk", dir, err)
+	}
+	slices.SortFunc(ents, func(a, b os.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, fi := range ents {
+		name := fi.Name()
+		if name == ".git" || name == "." || name == ".." {
+			continue
+		}
+		e := fsroot.Entry{Path: join(dir, name), Rel: name, Type: fi.Mode().Type()}
+		if rel != "" {
+			e.Rel = rel + "/" + name
+		}
+		if err := fn(e); err == fs.SkipDir && e.Type.IsDir() {
+			continue
+		} else if err == fs.SkipDir {
+			return nil // on a file: the rest of dir is skipped
+		} else if err != nil {
+			return err
+		}
+		if e.Type.IsDir() {
+			if err := f.walk(ctx, e.Path, e.Rel, depth+1, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ReadFile reads the regular file a walk listed, at most max bytes: e.Path must be a
+// real path below the workspace (the server's realpath of it is itself, so no symlink
+// was swapped in on the way) (fsroot.Root).
+func (f *FS) ReadFile(ctx context.Context, e fsroot.Entry, buf []byte, max int) ([]byte, bool, error) {
+	const op = "open"
+	if err := fsroot.CheckPath(op, e.Path); err != nil {
+		return buf[:0], false, err
+	}
+	p := e.Path
+	if path.Clean(p) != p || !within(f.root, p) || p == f.root {
+		return buf[:0], false, fsroot.NewError(op, p, fsroot.ErrOutside, nil)
+	}
+	if err := ctx.Err(); err != nil {
+		return buf[:0], false, err
+	}
+	if real, err := f.c.RealPath(p); err != nil || real != p {
+		return buf[:0], false, fsroot.NewError(op, p, fsroot.ErrChanged, nil)
+	}
+	file, err := f.c.Open(p)
+	if err != nil {
+		return buf[:0], false, sftpErr(op, p, err)
+	}
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return buf[:0], false, fsroot.NewError(op, p, fsroot.ErrInvalid, errors.New("not a regular file"))
+	}
+	b := bytes.NewBuffer(buf[:0])
+	b.Grow(int(min(fi.Size(), int64(max)) + 1))
+	if _, err := b.ReadFrom(io.LimitReader(file, int64(max)+1)); err != nil {
+		return buf[:0], false, sftpErr("read", p, err)
+	}
+	if data := b.Bytes(); len(data) > max {
+		return data[:max], true, nil
+	}
+	return b.Bytes(), false, nil
+}
+
+// resolved is a path resolved on the host: the real path of its deepest existing part
+// and the names below it that do not exist.
+type resolved struct {
+	info fsroot.Info
+	base string      // real path of the deepest existing part (no symlinks)
+	tail []string    // missing names below base; the last is the path's own when missing
+	mode fs.FileMode // the mode of what is at base
+	size int64       // its size
+	sys  any         // its attributes (*sftp.FileStat)
+}
+
+// resolve resolves unsafePath (relative to cwd, "" being the workspace) as the kernel
+// would walk it on the host, refusing what leads outside the workspace. With entry the
+// last component is looked up, not followed.
+func (f *FS) resolve(ctx context.Context, cwd, unsafePath string, entry bool) (resolved, error) {
+	if err := ctx.Err(); err != nil {
+		return resolved{}, err
+	}
+	if err := fsroot.CheckPath("map", unsafePath); err != nil {
+		return resolved{}, err
+	}
+	base, display := f.root, unsafePath
+	if cwd != "" {
+		if err := fsroot.CheckPath("cwd", cwd); err != nil {
+			return resolved{}, err
+		}
+		if !path.IsAbs(cwd) {
+			return resolved{}, fsroot.NewError("cwd", cwd, fsroot.ErrInvalid, errors.New("cwd must be an absolute sandbox path"))
+		}
+		d, err := f.locate("cwd", cwd, cwd)
+		switch {
+		case err != nil:
+			return resolved{}, err
+		case !within(f.root, d.base):
+			return resolved{}, fsroot.NewError("cwd", cwd, fsroot.ErrOutside, nil)
+		case len(d.tail) > 0:
+			return resolved{}, fsroot.NewError("cwd", cwd, fsroot.ErrNotFound, nil)
+		case !d.mode.IsDir():
+			return resolved{}, fsroot.NewError("cwd", cwd, fsroot.ErrNotFound, errors.New("not a directory"))
+		}
+		base = d.base
+	}
+	// Not cleaned by name: ".." after a symlink goes up from where the link leads, as in
+	// the kernel, so the server resolves the path as written.
+	p := unsafePath
+	if !path.IsAbs(p) {
+		display = path.Join(cwd, unsafePath)
+		if cwd == "" {
+			display = path.Join(f.root, unsafePath)
+		}
+		p = strings.TrimSuffix(base, "/") + "/" + p
+	}
+	var name string // the entry's own name
+	if entry {
+		t := strings.TrimRight(p, "/")
+		i := strings.LastIndexByte(t, '/')
+		if name = t[i+1:]; name == "" || name == "." || name == ".." {
+			return resolved{}, fsroot.NewError("map", display, fsroot.ErrInvalid, errors.New("path names no directory entry"))
+		}
+		if p = t[:i]; p == "" {
+			p = "/"
+		}
+	}
+	r, err := f.locate("map", display, p)
+	if err != nil {
+		return resolved{}, err
+	}
+	if entry && len(r.tail) == 0 && join(r.base, name) == f.root {
+		return resolved{}, fsroot.NewError("map", display, fsroot.ErrInvalid, errors.New("path names the workspace root"))
+	}
+	switch needDir := strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/.."); {
+	case !within(f.root, r.base):
+		return resolved{}, fsroot.NewError("map", display, fsroot.ErrOutside, nil)
+	case !r.mode.IsDir() && (len(r.tail) > 0 || entry || needDir): // entry: p is its parent
+		return resolved{}, fsroot.NewError("map", display, fsroot.ErrNotFound, errors.New("not a directory"))
+	}
+	if entry {
+		if len(r.tail) == 0 {
+			fi, err := f.c.Lstat(join(r.base, name))
+			switch {
+			case err == nil:
+				r.base, r.mode, r.size, r.sys = join(r.base, name), fi.Mode(), fi.Size(), fi.Sys()
+			case errors.Is(err, fs.ErrNotExist):
+				r.tail = []string{name}
+			default:
+				return resolved{}, sftpErr("map", display, err)
+			}
+		} else {
+			r.tail = append(r.tail, name)
+		}
+	}
+	r.info = fsroot.Info{Path: r.base, Exists: len(r.tail) == 0, ReadOnly: f.readOnly}
+	for _, n := range r.tail {
+		r.info.Path = join(r.info.Path, n)
+	}
+	if r.info.Exists {
+		r.info.Type = r.mode.Type()
+		if r.mode.IsRegular() {
+			r.info.Size = r.size
+		}
+	}
+	return r, nil
+}
+
+// locate finds the deepest existing part of the absolute path p on the host, every
+// symlink followed (a dangling one by reading it here), and the missing names below it,
+// which must be plain names. It does not check where the path leads.
+func (f *FS) locate(op, display, p string) (resolved, error) {
+	var tail []string // missing names, the last one first
+	for hops := 0; ; {
+		if real, err := f.c.RealPath(p); err == nil {
+			if fi, err := f.c.Lstat(real); err == nil {
+				slices.Reverse(tail)
+				return resolved{base: real, tail: tail, mode: fi.Mode(), size: fi.Size(), sys: fi.Sys()}, nil
+			}
+		}
+		parent, name := splitLast(p)
+		if fi, err := f.c.Lstat(p); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// A dangling symlink (realpath found nothing at its end): follow it here, so
+			// that a write through it creates its target, or is refused if that is outside.
+			if hops++; hops > fsroot.MaxSymlinks {
+				return resolved{}, fsroot.NewError(op, display, fsroot.ErrLoop, nil)
+			}
+			target, err := f.c.ReadLink(p)
+			if err != nil {
+				return resolved{}, sftpErr(op, display, err)
+			}
+			if !path.IsAbs(target) {
+				dir, err := f.c.RealPath(parent)
+				if err != nil {
+					return resolved{}, sftpErr(op, display, err)
+				}
+				target = strings.TrimSuffix(dir, "/") + "/" + target
+			}
+			p = target
+			continue
+		}
+		switch name {
+		case "":
+			return resolved{}, fsroot.NewError(op, display, fsroot.ErrNotFound, nil)
+		case "..":
+			// ".." below a missing name: the kernel would not find it either.
+			return resolved{}, fsroot.NewError(op, display, fsroot.ErrNotFound, nil)
+		case ".":
+		default:
+			tail = append(tail, name)
+		}
+		p = parent
+	}
+}
+
+// makeParents makes the missing directories of r's tail but its last name, one Mkdir
+// at a time below its existing part; undo removes them again (if still empty).
+func (f *FS) makeParents(op string, r resolved) (undo func(), err error) {
+	var made []string
+	undo = func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = f.c.RemoveDirectory(made[i])
+		}
+	}
+	dir := r.base
+	for _, n := range r.tail[:max(0, len(r.tail)-1)] {
+		dir = join(dir, n)
+		if err := f.c.Mkdir(dir); err != nil {
+			if fi, serr := f.c.Lstat(dir); serr == nil && fi.IsDir() {
+				continue
+			}
+			undo()
+			return func() {}, sftpErr(op, r.info.Path, err)
+		}
+		made = append(made, dir)
+	}
+	return undo, nil
+}
+
+// splitLast splits an absolute path by name into its parent and its last component
+// ("" for "/").
+func splitLast(p string) (parent, name string) {
+	t := strings.TrimRight(p, "/")
+	i := strings.LastIndexByte(t, '/')
+	if i < 0 {
+		return "/", ""
+	}
+	parent, name = t[:i], t[i+1:]
+	if parent == "" {
+		parent = "/"
+	}
+	return parent, name
+}
+
+// join appends a name to an absolute directory path.
+func join(dir, name string) string { return strings.TrimSuffix(dir, "/") + "/" + name }
 
 // within reports whether p is root or below it.
 func within(root, p string) bool {
 	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
-// resolve turns the kernel's unsafePath (relative to cwd, or absolute) into a real path
-// on the host inside the workspace, or a refusal. exists reports whether it names an
-// existing entry.
-func (f *FS) resolve(op, cwd, unsafePath string) (real string, exists bool, err error) {
-	if unsafePath == "" || strings.IndexByte(unsafePath, 0) >= 0 || strings.IndexByte(cwd, 0) >= 0 || len(unsafePath) > pathmap.MaxPath {
-		return "", false, fsFail(op, unsafePath, pathmap.ErrInvalid, "path is required, without NUL")
-	}
-	if strings.HasPrefix(unsafePath, "~") {
-		return "", false, fsFail(op, unsafePath, pathmap.ErrOutside, "")
-	}
-	base := f.root
-	if cwd != "" {
-		if !path.IsAbs(cwd) {
-			return "", false, fsFail(op, unsafePath, pathmap.ErrInvalid, "cwd is not absolute")
-		}
-		base = cwd
-	}
-	// Not cleaned by name: ".." after a symlink goes up from where the link leads, as in
-	// the kernel, so the server resolves the path as written.
-	p := unsafePath
-	if !path.IsAbs(p) {
-		p = strings.TrimSuffix(base, "/") + "/" + p
-	}
-	// The server resolves every symlink; a missing tail is checked on its deepest
-	// existing ancestor.
-	var tail []string
-	cur := p
-	for {
-		r, rerr := f.c.RealPath(cur)
-		if rerr == nil {
-			if _, serr := f.c.Lstat(r); serr == nil {
-				if !within(f.root, r) {
-					return "", false, fsFail(op, unsafePath, pathmap.ErrOutside, "")
-				}
-				for i := len(tail) - 1; i >= 0; i-- {
-					r = path.Join(r, tail[i])
-				}
-				return r, len(tail) == 0, nil
-			}
-		}
-		// A dangling symlink here would lead elsewhere: refuse rather than create.
-		if fi, lerr := f.c.Lstat(cur); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			return "", false, fsFail(op, unsafePath, pathmap.ErrOutside, "dangling symlink")
-		}
-		trimmed := strings.TrimRight(cur, "/")
-		i := strings.LastIndexByte(trimmed, '/')
-		if i < 0 || trimmed == "" {
-			return "", false, fsFail(op, unsafePath, pathmap.ErrNotFound, "")
-		}
-		name := trimmed[i+1:]
-		if name == ".." {
-			// ".." below a missing name: the kernel would not find it either.
-			return "", false, fsFail(op, unsafePath, pathmap.ErrNotFound, "")
-		}
-		if name != "." && name != "" {
-			tail = append(tail, name)
-		}
-		cur = trimmed[:i]
-		if cur == "" {
-			cur = "/"
-		}
-	}
-}
-
-// Read serves fs.read: a window of a text file's lines.
-func (f *FS) Read(ctx context.Context, a fshost.ReadArgs) (*fshost.ReadResult, error) {
-	const op = fshost.TypeRead
-	if a.Offset < 0 || a.Limit < 0 {
-		return nil, fsFail(op, a.Path, pathmap.ErrInvalid, "offset and limit must not be negative")
-	}
-	real, exists, err := f.resolve(op, a.Cwd, a.Path)
-	if err != nil {
-		return nil, err
-	}
-	if !exists {
-		return nil, fsFail(op, a.Path, pathmap.ErrNotFound, "")
-	}
-	file, err := f.c.Open(real)
-	if err != nil {
-		return nil, fsFail(op, a.Path, sftpClass(err), "")
-	}
-	defer file.Close()
-	fi, err := file.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil, fsFail(op, a.Path, pathmap.ErrInvalid, "not a regular file")
-	}
-	if fi.Size() > f.opts.MaxFileBytes {
-		return nil, fsFail(op, a.Path, fshost.ErrTooLarge, "")
-	}
-	data, err := io.ReadAll(io.LimitReader(file, f.opts.MaxFileBytes+1))
-	if err != nil {
-		return nil, fsFail(op, a.Path, sftpClass(err), "")
-	}
-	head := data[:min(len(data), 8<<10)]
-	if bytes.IndexByte(head, 0) >= 0 || !utf8.Valid(data) {
-		return nil, fsFail(op, a.Path, fshost.ErrBinary, "")
-	}
-	lines := strings.SplitAfter(string(data), "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	limit, capped := f.opts.ReadMaxLines, true
-	if a.Limit > 0 && a.Limit <= limit {
-		limit, capped = a.Limit, false
-	}
-	r := &fshost.ReadResult{Absolute: real, Offset: a.Offset, TotalLines: len(lines)}
-	var b strings.Builder
-	i := a.Offset
-	for ; i < len(lines) && r.Lines < limit; i++ {
-		if b.Len()+len(lines[i]) > f.opts.ReadMaxBytes {
-			if r.Lines == 0 {
-				b.WriteString(cutRunes(lines[i], f.opts.ReadMaxBytes))
-				r.Lines, i = 1, i+1
-			}
-			r.Truncated = true
-			break
-		}
-		b.WriteString(lines[i])
-		r.Lines++
-	}
-	if capped && i < len(lines) {
-		r.Truncated = true
-	}
-	r.Content = b.String()
-	if r.Truncated {
-		r.NextOffset = a.Offset + r.Lines
-	}
-	return r, nil
-}
-
-func cutRunes(s string, n int) string {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:min(n, len(s))]
-}
-
-// Write serves fs.write: the whole file replaced atomically (a temporary file beside it,
-// then posix-rename), parent directories created inside the workspace, an existing
-// file's mode kept.
-func (f *FS) Write(ctx context.Context, a fshost.WriteArgs) (*fshost.WriteResult, error) {
-	const op = fshost.TypeWrite
-	real, exists, err := f.resolve(op, a.Cwd, a.Path)
-	if err != nil {
-		return nil, err
-	}
-	mode := os.FileMode(0o644)
-	if exists {
-		fi, err := f.c.Stat(real)
-		if err != nil {
-			return nil, fsFail(op, a.Path, sftpClass(err), "")
-		}
-		if !fi.Mode().IsRegular() {
-			return nil, fsFail(op, a.Path, pathmap.ErrInvalid, "not a regular file")
-		}
-		mode = fi.Mode().Perm()
-	}
-	dir := path.Dir(real)
-	if err := f.c.MkdirAll(dir); err != nil {
-		return nil, fsFail(op, a.Path, sftpClass(err), "")
-	}
-	tmp := path.Join(dir, "."+path.Base(real)+".kennel-"+runID("w"))
-	w, err := f.c.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
-	if err != nil {
-		return nil, fsFail(op, a.Path, sftpClass(err), "")
-	}
-	_, werr := w.Write([]byte(a.Content))
-	if werr == nil {
-		werr = w.Chmod(mode)
-	}
-	if cerr := w.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = f.c.PosixRename(tmp, real)
-	}
-	if werr != nil {
-		_ = f.c.Remove(tmp)
-		return nil, fsFail(op, a.Path, sftpClass(werr), "")
-	}
-	return &fshost.WriteResult{Absolute: real, Bytes: len(a.Content), Created: !exists}, nil
-}
-
-// sftpClass maps an SFTP error to a pathmap class.
-func sftpClass(err error) error {
+// sftpErr classifies an SFTP error as an fsroot class for op on the sandbox path p.
+func sftpErr(op, p string, err error) error {
+	c := fsroot.ErrInternal
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return pathmap.ErrNotFound
+		c = fsroot.ErrNotFound
 	case errors.Is(err, fs.ErrPermission):
-		return pathmap.ErrDenied
+		c = fsroot.ErrDenied
 	}
-	return pathmap.ErrInternal
+	return fsroot.NewError(op, p, c, err)
 }

@@ -1,14 +1,22 @@
 package ssh_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/fshost/fshosttest"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
@@ -106,3 +114,93 @@ import kennel
 }
 
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
+
+// The fs.* conformance table against a remote workspace over SFTP: the same answers as
+// the local path map, with the workspace's real path for $W.
+func TestRemoteFSConformance(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	fshosttest.Run(t, func(t *testing.T, dir string, readOnly bool) fshosttest.Served {
+		fsys, err := hosts.OpenFS(testCtx(t), sshtest.Alias+":"+dir, ssh.FSOptions{ReadOnly: readOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fsys.Close() })
+		return fshosttest.Served{Handler: fshost.New(fsys, fshost.Options{}), Dir: fsys.Root()}
+	})
+}
+
+// A remote fs.read of a 48 MiB file, page by page (offset, limit), streams the file: the
+// Go heap grows by far less than the file's size.
+func TestRemoteReadOfALargeFileStreams(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	ws := filepath.Join(srv.Dir, "big")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const size, lineLen = 48 << 20, 64
+	line := func(i int) string { return fmt.Sprintf("%-*d\n", lineLen-1, i) }
+	f, err := os.Create(filepath.Join(ws, "big.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := range size / lineLen {
+		w.WriteString(line(i))
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	fsys, err := hosts.OpenFS(testCtx(t), sshtest.Alias+":"+ws, ssh.FSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	defer debug.SetGCPercent(debug.SetGCPercent(10)) // collect garbage soon: the peak is what is held
+	runtime.GC()
+	base := heapBytes()
+	peak := base
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				peak = max(peak, heapBytes())
+			}
+		}
+	}()
+	lines := size / lineLen
+	for _, off := range []int{0, lines / 2, lines - 10} {
+		res, err := fsys.Serve(testCtx(t), "fs.read", json.RawMessage(fmt.Sprintf(`{"path": "big.txt", "offset": %d, "limit": 100}`, off)))
+		if err != nil {
+			t.Fatalf("fs.read offset %d: %v", off, err)
+		}
+		r := res.(*fshost.ReadResult)
+		want := min(100, lines-off)
+		if r.TotalLines != lines || r.Lines != want || !strings.HasPrefix(r.Content, line(off)) || len(r.Content) != want*lineLen {
+			t.Fatalf("fs.read offset %d: %d lines of %d, content %.70q", off, r.Lines, r.TotalLines, r.Content)
+		}
+	}
+	close(stop)
+	<-done
+	grew := int64(peak) - int64(base)
+	t.Logf("heap grew by %.1f MiB reading a %d MiB remote file", float64(grew)/(1<<20), size>>20)
+	if grew > size/4 {
+		t.Fatalf("the heap grew by %d MiB reading a %d MiB file by pages: the file is held in memory", grew>>20, size>>20)
+	}
+}
+
+// heapBytes is the memory held by heap objects now (live, and dead ones not yet swept).
+func heapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}

@@ -1,0 +1,309 @@
+// Package fshosttest is the conformance table every served file system runs: the same
+// fs.* requests (read, write, edit, grep, glob, escapes, read-only refusals) against one
+// tree, with the same answers once the sandbox path of the served directory is written
+// as "$W". A local path map (fshost over pathmap.Map) and a remote workspace (fshost over
+// ssh.FS) pass it alike, so the kernel cannot tell where its files are served from.
+//
+//	func TestConformance(t *testing.T) {
+//		fshosttest.Run(t, func(t *testing.T, dir string, readOnly bool) fshosttest.Served {
+//			m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: []pathmap.Mount{{Sandbox: "/work", Host: dir, ReadOnly: readOnly}}})
+//			if err != nil { t.Fatal(err) }
+//			t.Cleanup(func() { m.Close() })
+//			return fshosttest.Served{Handler: fshost.New(m, fshost.Options{}), Dir: "/work"}
+//		})
+//	}
+//
+// The tree lives in a temporary directory: the served directory ws (the session's
+// working directory) beside a directory outside it that holds a sentinel file; symlinks
+// in ws lead out. Every escape must be refused with code outside (version transport@1)
+// and leave the outside directory as it was.
+package fshosttest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/fshost"
+)
+
+// Handler serves fs.* requests as the controller calls its host handler.
+type Handler interface {
+	Serve(ctx context.Context, typ string, args json.RawMessage) (any, error)
+}
+
+// Served is one implementation serving the test tree.
+type Served struct {
+	// Handler answers the requests.
+	Handler Handler
+	// Dir is the sandbox path at which the served directory appears: "$W" in the table's
+	// arguments and answers stands for it.
+	Dir string
+}
+
+// Open makes an implementation serve the host directory dir as the session's working
+// directory, refusing every change below it when readOnly. It is called twice per run
+// (read-write, then read-only) over the same tree; it registers its own cleanup.
+type Open func(t *testing.T, dir string, readOnly bool) Served
+
+// row is one request and its answer. want is the JSON result with "$W" for the served
+// directory, or an error written as "error CODE".
+type row struct {
+	typ, args, want string
+}
+
+// The tree: ws is served, outside is not. link is a symlink's target ("$BASE" is the
+// temporary directory), or "|fifo" for a named pipe.
+var tree = []struct{ path, content, link string }{
+	{path: "ws/a.txt", content: "one\ntwo\nthree\n"},
+	{path: "ws/sub/b.go", content: "package b\nneedle one\n"},
+	{path: "ws/sub/deep/c.txt", content: "x\nneedle two\n"},
+	{path: "ws/bin", content: "needle\x00\x01"},
+	{path: "ws/.git/config", content: "needle in git\n"},
+	{path: "ws/link", link: "a.txt"},
+	{path: "ws/sub/up", link: ".."},
+	{path: "ws/out", link: "../outside"},
+	{path: "ws/outfile", link: "../outside/secret"},
+	{path: "ws/dangle", link: "../outside/new"},
+	{path: "ws/odd/abs", link: "$BASE/ws/a.txt"},
+	{path: "ws/odd/absout", link: "$BASE/outside/secret"},
+	{path: "ws/odd/loop1", link: "loop2"},
+	{path: "ws/odd/loop2", link: "loop1"},
+	{path: "ws/odd/dlink", link: "made.txt"},
+	{path: "ws/odd/fifo", link: "|fifo"},
+	{path: "outside/secret", content: "SENTINEL\n"},
+}
+
+// readWrite is the table for a read-write directory, in order: later rows see what
+// earlier ones changed.
+var readWrite = []row{
+	// fs.read
+	{"fs.read", `{"path": "a.txt"}`, `{"absolute":"$W/a.txt","content":"one\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "a.txt", "offset": 1, "limit": 1}`, `{"absolute":"$W/a.txt","content":"two\n","offset":1,"lines":1,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "$W/link"}`, `{"absolute":"$W/a.txt","content":"one\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "b.go", "cwd": "$W/sub"}`, `{"absolute":"$W/sub/b.go","content":"package b\nneedle one\n","offset":0,"lines":2,"total_lines":2,"truncated":false}`},
+	{"fs.read", `{"path": "up/a.txt", "cwd": "$W/sub"}`, `{"absolute":"$W/a.txt","content":"one\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "bin"}`, `error binary`},
+	{"fs.read", `{"path": "missing"}`, `error not_found`},
+	{"fs.read", `{"path": "a.txt/"}`, `error not_found`},
+	{"fs.read", `{"path": "a.txt/x"}`, `error not_found`},
+	{"fs.read", `{"path": "x", "cwd": "$W/missing"}`, `error not_found`},
+	{"fs.read", `{"path": "sub"}`, `error invalid`},
+	{"fs.read", `{"path": ""}`, `error invalid`},
+	{"fs.read", `{"path": "a.txt", "offset": -1}`, `error invalid`},
+	{"fs.read", `{"path": "a\u0000b"}`, `error invalid`},
+	// Escapes.
+	{"fs.read", `{"path": "../outside/secret"}`, `error outside`},
+	{"fs.read", `{"path": "out/secret"}`, `error outside`},
+	{"fs.read", `{"path": "outfile"}`, `error outside`},
+	{"fs.read", `{"path": "sub/up/../outside/secret"}`, `error outside`},
+	{"fs.read", `{"path": "~/x"}`, `error outside`},
+	{"fs.read", `{"path": "/etc/passwd"}`, `error outside`},
+	{"fs.read", `{"path": "a.txt", "cwd": "/"}`, `error outside`},
+	{"fs.write", `{"path": "out/new", "content": "x"}`, `error outside`},
+	{"fs.write", `{"path": "dangle", "content": "x"}`, `error outside`},
+	{"fs.write", `{"path": "outfile", "content": "x"}`, `error outside`},
+	{"fs.write", `{"path": "../evil", "content": "x"}`, `error outside`},
+	{"fs.write", `{"path": "sub/up/../evil", "content": "x"}`, `error outside`},
+	{"fs.edit", `{"path": "outfile", "edits": [{"old": "SENTINEL", "new": "x"}]}`, `error outside`},
+	{"fs.edit", `{"moves": [{"from": "a.txt", "to": "out/a.txt"}]}`, `error outside`},
+	{"fs.edit", `{"moves": [{"from": "out/secret", "to": "stolen"}]}`, `error outside`},
+	{"fs.grep", `{"pattern": "SENTINEL", "path": "out"}`, `error outside`},
+	{"fs.grep", `{"pattern": "SENTINEL", "path": "/"}`, `error outside`},
+	{"fs.glob", `{"pattern": "*", "path": "out"}`, `error outside`},
+	{"fs.glob", `{"pattern": "/etc/*"}`, `error outside`},
+	// fs.write
+	{"fs.write", `{"path": "new/dir/f.txt", "content": "made\n"}`, `{"absolute":"$W/new/dir/f.txt","bytes":5,"created":true}`},
+	{"fs.read", `{"path": "new/dir/f.txt"}`, `{"absolute":"$W/new/dir/f.txt","content":"made\n","offset":0,"lines":1,"total_lines":1,"truncated":false}`},
+	{"fs.write", `{"path": "link", "content": "one\ntwo\nthree\nfour\n"}`, `{"absolute":"$W/a.txt","bytes":19,"created":false}`},
+	{"fs.write", `{"path": "rel.txt", "content": "", "cwd": "$W/sub"}`, `{"absolute":"$W/sub/rel.txt","bytes":0,"created":true}`},
+	{"fs.write", `{"path": "sub", "content": "x"}`, `error invalid`},
+	{"fs.write", `{"path": "a.txt/x", "content": "x"}`, `error not_found`},
+	{"fs.write", `{"content": "x"}`, `error invalid`},
+	// fs.edit
+	{"fs.edit", `{"path": "a.txt", "edits": [{"old": "four\n", "new": ""}, {"old": "one", "new": "ONE"}]}`, `{"absolute":"$W/a.txt","replacements":2,"moves":[]}`},
+	{"fs.read", `{"path": "a.txt"}`, `{"absolute":"$W/a.txt","content":"ONE\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.edit", `{"path": "a.txt", "edits": [{"old": "zzz", "new": "x"}]}`, `error no_match`},
+	{"fs.edit", `{"path": "a.txt", "edits": [{"old": "t", "new": "x"}]}`, `error ambiguous`},
+	{"fs.edit", `{"path": "bin", "edits": [{"old": "needle", "new": "x"}]}`, `error binary`},
+	{"fs.edit", `{"path": "a.txt", "edits": [{"old": "", "new": "x"}]}`, `error invalid`},
+	{"fs.edit", `{"path": "a.txt"}`, `error invalid`},
+	{"fs.edit", `{"moves": [{"from": "nope", "to": "x"}]}`, `error not_found`},
+	{"fs.edit", `{"moves": [{"from": "a.txt", "to": "sub/b.go"}]}`, `error exists`},
+	{"fs.edit", `{"moves": [{"from": "sub", "to": "sub/inner"}]}`, `error invalid`},
+	{"fs.edit", `{"moves": [{"from": "$W", "to": "$W2"}]}`, `error invalid`},
+	{"fs.edit", `{"moves": [{"from": "new/dir/f.txt", "to": "moved/f.txt"}, {"from": "moved/f.txt", "to": "g.txt"}, {"from": "link", "to": "sub/link2"}]}`,
+		`{"replacements":0,"moves":[{"source":"$W/new/dir/f.txt","destination":"$W/moved/f.txt"},{"source":"$W/moved/f.txt","destination":"$W/g.txt"},{"source":"$W/link","destination":"$W/sub/link2"}]}`},
+	{"fs.read", `{"path": "g.txt"}`, `{"absolute":"$W/g.txt","content":"made\n","offset":0,"lines":1,"total_lines":1,"truncated":false}`},
+	{"fs.read", `{"path": "link"}`, `error not_found`},
+	// fs.grep (.git is never searched; binary files are skipped)
+	{"fs.grep", `{"pattern": "needle"}`, `{"matches":[{"path":"$W/sub/b.go","line":2,"text":"needle one"},{"path":"$W/sub/deep/c.txt","line":2,"text":"needle two"}],"truncated":false,"files":6}`},
+	{"fs.grep", `{"pattern": "needle", "glob": "*.txt"}`, `{"matches":[{"path":"$W/sub/deep/c.txt","line":2,"text":"needle two"}],"truncated":false,"files":4}`},
+	{"fs.grep", `{"pattern": "^needle", "path": "sub/b.go"}`, `{"matches":[{"path":"$W/sub/b.go","line":2,"text":"needle one"}],"truncated":false,"files":1}`},
+	{"fs.grep", `{"pattern": "needle", "limit": 1}`, `{"matches":[{"path":"$W/sub/b.go","line":2,"text":"needle one"}],"truncated":true,"files":-1}`},
+	{"fs.grep", `{"pattern": "("}`, `error invalid`},
+	{"fs.grep", `{"pattern": "x", "path": "missing"}`, `error not_found`},
+	// fs.glob (.git is never listed; symlinks are listed, not entered)
+	{"fs.glob", `{"pattern": "*"}`, `{"paths":["$W/a.txt","$W/bin","$W/dangle","$W/g.txt","$W/out","$W/outfile"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "**/*.txt"}`, `{"paths":["$W/a.txt","$W/g.txt","$W/sub/deep/c.txt","$W/sub/rel.txt"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "*.go", "cwd": "$W/sub"}`, `{"paths":["$W/sub/b.go"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "$W/sub/*"}`, `{"paths":["$W/sub/b.go","$W/sub/link2","$W/sub/rel.txt","$W/sub/up"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "*", "path": "a.txt"}`, `error invalid`},
+	{"fs.glob", `{"pattern": "*", "path": "missing"}`, `error not_found`},
+	{"fs.glob", `{"pattern": "../*"}`, `error invalid`},
+	// Symlinks: absolute ones are host paths, loops end, a dangling one inside is
+	// followed to create its target; a FIFO is never opened.
+	{"fs.read", `{"path": "odd/abs"}`, `{"absolute":"$W/a.txt","content":"ONE\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "a.txt", "cwd": "$W/sub/up"}`, `{"absolute":"$W/a.txt","content":"ONE\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.read", `{"path": "odd/absout"}`, `error outside`},
+	{"fs.write", `{"path": "odd/absout", "content": "x"}`, `error outside`},
+	{"fs.read", `{"path": "odd/loop1"}`, `error loop`},
+	{"fs.read", `{"path": "odd/fifo"}`, `error invalid`},
+	{"fs.grep", `{"pattern": "x", "path": "odd"}`, `{"matches":[],"truncated":false,"files":0}`},
+	{"fs.glob", `{"pattern": "odd/*"}`, `{"paths":["$W/odd/abs","$W/odd/absout","$W/odd/dlink","$W/odd/fifo","$W/odd/loop1","$W/odd/loop2"],"truncated":false}`},
+	{"fs.write", `{"path": "odd/dlink", "content": "via a dangling link\n"}`, `{"absolute":"$W/odd/made.txt","bytes":20,"created":true}`},
+	{"fs.read", `{"path": "odd/made.txt"}`, `{"absolute":"$W/odd/made.txt","content":"via a dangling link\n","offset":0,"lines":1,"total_lines":1,"truncated":false}`},
+	{"fs.edit", `{"moves": [{"from": "odd/dlink", "to": "odd/dlink2"}]}`, `{"replacements":0,"moves":[{"source":"$W/odd/dlink","destination":"$W/odd/dlink2"}]}`},
+}
+
+// readOnly is the table for a read-only directory: reads and searches work, every
+// change is refused with read_only.
+var readOnly = []row{
+	{"fs.read", `{"path": "a.txt"}`, `{"absolute":"$W/a.txt","content":"one\ntwo\nthree\n","offset":0,"lines":3,"total_lines":3,"truncated":false}`},
+	{"fs.write", `{"path": "a.txt", "content": "x"}`, `error read_only`},
+	{"fs.write", `{"path": "new/f", "content": "x"}`, `error read_only`},
+	{"fs.edit", `{"path": "a.txt", "edits": [{"old": "one", "new": "x"}]}`, `error read_only`},
+	{"fs.edit", `{"moves": [{"from": "a.txt", "to": "b.txt"}]}`, `error read_only`},
+	{"fs.write", `{"path": "out/new", "content": "x"}`, `error outside`},
+	{"fs.grep", `{"pattern": "needle", "glob": "*.go"}`, `{"matches":[{"path":"$W/sub/b.go","line":2,"text":"needle one"}],"truncated":false,"files":1}`},
+	{"fs.glob", `{"pattern": "sub/**/*.txt"}`, `{"paths":["$W/sub/deep/c.txt"],"truncated":false}`},
+}
+
+// Run builds the tree and runs the read-write table, then the read-only one, against the
+// implementation open makes.
+func Run(t *testing.T, open Open) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tree {
+		p := filepath.Join(base, e.path)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		switch {
+		case e.link == "|fifo":
+			must(t, unix.Mkfifo(p, 0o644))
+		case e.link != "":
+			must(t, os.Symlink(strings.ReplaceAll(e.link, "$BASE", base), p))
+		default:
+			must(t, os.WriteFile(p, []byte(e.content), 0o644))
+		}
+	}
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	t.Run("ReadOnly", func(t *testing.T) { runTable(t, open(t, ws, true), readOnly, outside) })
+	t.Run("ReadWrite", func(t *testing.T) { runTable(t, open(t, ws, false), readWrite, outside) })
+}
+
+// runTable sends every row in order and compares the answers.
+func runTable(t *testing.T, s Served, rows []row, outside string) {
+	if s.Handler == nil || s.Dir == "" {
+		t.Fatalf("Open gave %+v", s)
+	}
+	before := listTree(t, outside)
+	w := strings.TrimSuffix(s.Dir, "/")
+	fill := func(x string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(x, "$W2", w+"2"), "$W", w)
+	}
+	for _, r := range rows {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		got := answer(t, s.Handler, ctx, r.typ, fill(r.args))
+		cancel()
+		want := fill(r.want)
+		if strings.Contains(want, `"files":-1`) {
+			got = filesAny(got) // stopped early: the count of files searched depends on timing
+			want = strings.Replace(want, `"files":-1`, `"files":0`, 1)
+		}
+		if got != want {
+			t.Errorf("%s %s\n got %s\nwant %s", r.typ, r.args, unfill(got, w), r.want)
+		}
+	}
+	if after := listTree(t, outside); after != before {
+		t.Errorf("the directory outside changed:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// answer serves one request and writes its answer as the table does.
+func answer(t *testing.T, h Handler, ctx context.Context, typ, args string) string {
+	t.Helper()
+	res, err := h.Serve(ctx, typ, json.RawMessage(args))
+	if err != nil {
+		info := fshost.Describe(err)
+		s := "error " + info.Code
+		wantVersion := info.Code == "outside" || info.Code == "read_only"
+		if (info.Version == "transport@1") != wantVersion || (wantVersion && info.Reason != info.Code) {
+			s += " (reason " + info.Reason + ", version " + info.Version + ")"
+		}
+		return s
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatalf("%s %s: result does not marshal: %v", typ, args, err)
+	}
+	return string(b)
+}
+
+// filesAny sets an fs.grep answer's files count to 0.
+func filesAny(answer string) string {
+	var r map[string]any
+	if json.Unmarshal([]byte(answer), &r) != nil {
+		return answer
+	}
+	r["files"] = 0
+	b, _ := json.Marshal(r)
+	// encoding/json sorts map keys: put the answer back in the result's field order.
+	var g fshost.GrepResult
+	if json.Unmarshal(b, &g) != nil {
+		return answer
+	}
+	b, _ = json.Marshal(g)
+	return string(b)
+}
+
+// unfill writes the served directory back as "$W" for messages.
+func unfill(s, w string) string { return strings.ReplaceAll(s, w, "$W") }
+
+// listTree lists names and contents below dir.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	must(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		b.WriteString(p + " " + info.Mode().String() + "\n")
+		if info.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			b.Write(data)
+		}
+		return nil
+	}))
+	return b.String()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
