@@ -34,7 +34,7 @@ func TestOpenAPIIsValidAndMatchesTheTypes(t *testing.T) {
 		api.CreateSession{}, api.RunningJob{}, api.Kernel{}, api.Session{}, api.SessionList{},
 		api.RunCell{}, api.Exception{}, api.Cell{}, api.Output{}, api.CellReply{}, api.Event{},
 		api.RunJob{}, api.JobEnd{}, api.Job{}, api.JobList{}, api.OutputPage{}, api.StopReply{},
-		api.CreateChild{}, api.Child{}, api.Conflict{}, api.HandBack{},
+		api.CreateChild{}, api.Child{}, api.Conflict{}, api.HandBack{}, api.HostState{},
 	}
 	covered := map[string]bool{}
 	for _, v := range types {
@@ -89,11 +89,46 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 	for _, v := range doc.Components.Schemas["Error"].Value.Properties["code"].Value.Enum {
 		got = append(got, v.(string))
 	}
-	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	want := constsOf(t, "errors.go", "Code")
+	sort.Strings(got)
+	sort.Strings(want)
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("Error.code enum %v, want the Code constants %v", got, want)
+	}
+}
+
+// TestHostStatusesAreDocumented: the document's HostState.status enum lists exactly the
+// HostStatus constants declared in hosts.go.
+func TestHostStatusesAreDocumented(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
+	var got []string
+	for _, v := range doc.Components.Schemas["HostState"].Value.Properties["status"].Value.Enum {
+		got = append(got, v.(string))
+	}
+	want := constsOf(t, "hosts.go", "HostStatus")
+	sort.Strings(got)
+	sort.Strings(want)
+	if len(want) == 0 || !slices.Equal(got, want) {
+		t.Fatalf("HostState.status enum %v, want the HostStatus constants %v", got, want)
+	}
+	for _, s := range want {
+		if settled := api.HostStatus(s).Settled(); settled != (s != "unknown" && s != "probing") {
+			t.Errorf("HostStatus(%q).Settled() = %v", s, settled)
+		}
+	}
+}
+
+// constsOf returns the values of the string constants of type typ declared in file.
+func constsOf(t *testing.T, file, typ string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
 	for _, d := range f.Decls {
 		gd, ok := d.(*ast.GenDecl)
 		if !ok || gd.Tok != token.CONST {
@@ -101,7 +136,7 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 		}
 		for _, spec := range gd.Specs {
 			vs := spec.(*ast.ValueSpec)
-			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typ {
 				continue
 			}
 			for _, v := range vs.Values {
@@ -110,13 +145,9 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want = append(want, s)
+				out = append(out, s)
 			}
 		}
 	}
-	sort.Strings(got)
-	sort.Strings(want)
-	if len(want) == 0 || !slices.Equal(got, want) {
-		t.Fatalf("Error.code enum %v, want the Code constants %v", got, want)
-	}
+	return out
 }

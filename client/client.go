@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/kennel-dev/kennel/api"
 )
@@ -270,4 +271,54 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 	var s string
 	err := c.request(ctx, "GET", "/metrics", nil, nil, &s, http.StatusOK)
 	return s, err
+}
+
+// Host returns the daemon's state of the ssh host target ([user@]host[:port]): its last
+// probe's answer, api.HostProbing while a probe runs, api.HostUnknown when the daemon
+// holds none. It never starts a probe.
+func (c *Client) Host(ctx context.Context, target string) (*api.HostState, error) {
+	var st api.HostState
+	if err := c.request(ctx, "GET", "/hosts?"+url.Values{"target": {target}}.Encode(), nil, nil, &st, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// ProbeHost starts a probe of the ssh host target, or joins the one in flight, and
+// returns at once with the host's state (api.HostProbing); WaitHost waits for the answer.
+func (c *Client) ProbeHost(ctx context.Context, target string) (*api.HostState, error) {
+	var st api.HostState
+	if err := c.request(ctx, "POST", "/hosts/"+url.PathEscape(target)+"/probe", nil, nil, &st, http.StatusAccepted); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// DefaultHostPoll is WaitHost's interval between reads when none is given.
+const DefaultHostPoll = 100 * time.Millisecond
+
+// WaitHost reads the state of the ssh host target every poll (zero: DefaultHostPoll)
+// until it is not api.HostProbing, and returns it: a probe's answer, or api.HostUnknown
+// when the daemon holds none (no probe was started, or its record was dropped). It ends
+// with ctx, returning the context's cause; the daemon bounds a probe in time itself.
+func (c *Client) WaitHost(ctx context.Context, target string, poll time.Duration) (*api.HostState, error) {
+	if poll <= 0 {
+		poll = DefaultHostPoll
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		st, err := c.Host(ctx, target)
+		if err != nil {
+			return nil, err
+		}
+		if st.Status != api.HostProbing {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for host %s: %w", target, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
 }

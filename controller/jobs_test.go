@@ -3,7 +3,6 @@ package controller_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,18 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
-	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
-	"github.com/kennel-dev/kennel/protocol"
-	"github.com/kennel-dev/kennel/transports/wrapped"
-	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
-	"pgregory.net/rapid"
 )
 
 // startJobSession starts a local session whose state dir is private to the test.
@@ -68,43 +61,6 @@ func waitPID(t *testing.T, j *jobs.Job) int {
 	}
 	t.Fatalf("job %s has no pid", j.ID())
 	return 0
-}
-
-// groupMembers lists the processes of group pgid, zombies included, from /proc.
-func groupMembers(t *testing.T, pgid int) []int {
-	t.Helper()
-	all, err := procfs.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, st := range all {
-		if st.PGRP == pgid {
-			pids = append(pids, st.PID)
-		}
-	}
-	return pids
-}
-
-func waitGroupSize(t *testing.T, pgid, n int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if len(groupMembers(t, pgid)) >= n {
-			return
-		}
-	}
-	t.Fatalf("group %d has %v, want %d processes", pgid, groupMembers(t, pgid), n)
-}
-
-// waitGroupGone waits until no process of group pgid remains, not even a zombie.
-func waitGroupGone(t *testing.T, pgid int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if len(groupMembers(t, pgid)) == 0 {
-			return
-		}
-	}
-	t.Fatalf("processes of group %d remain: %v", pgid, groupMembers(t, pgid))
 }
 
 func readAll(t *testing.T, c *output.Capture) []byte {
@@ -357,108 +313,6 @@ func TestTruncationBoundsWhatAJobReports(t *testing.T) {
 	}
 }
 
-// TestKillingAJobThatClosedItsOutputKillsItsWholeGroup kills a job whose processes closed
-// stdout and stderr: every process of its group is gone, and it ends once.
-func TestKillingAJobThatClosedItsOutputKillsItsWholeGroup(t *testing.T) {
-	s := startJobSession(t, controller.Options{})
-	j := runJob(t, s, "exec >&- 2>&-; sleep 1000 & exec sleep 1000", controller.JobOptions{})
-	pgid := waitPID(t, j)
-	waitGroupSize(t, pgid, 2)
-	if w, _ := s.WaitJob(context.Background(), j.ID(), 200*time.Millisecond); w.Outcome == nil {
-		t.Fatal("no outcome")
-	} else if _, ok := w.Outcome.(jobs.Detached); !ok {
-		t.Fatalf("a sleeping job settled: %#v", w.Outcome)
-	}
-	if err := s.KillJob(context.Background(), j.ID()); err != nil {
-		t.Fatal(err)
-	}
-	st, w := settle(t, s, j.ID(), 30*time.Second)
-	if st.End.Signal != int(syscall.SIGTERM) || !st.End.Killed || w.Err != nil {
-		t.Fatalf("end %v, err %v; want SIGTERM, killed", st.End, w.Err)
-	}
-	waitGroupGone(t, pgid)
-	time.Sleep(100 * time.Millisecond) // a second end, were there one, would be in by now
-	if l := j.Late(); l.Ends != 0 {
-		t.Fatalf("second end: %+v", l)
-	}
-	if o := s.Jobs().Observe(); o.LiveJobCount != 0 {
-		t.Fatalf("live jobs after the kill: %+v", o)
-	}
-}
-
-// TestAWedgedKernelsJobIsKilledByTheController stops the kernel (SIGSTOP) so it cannot
-// act on the kill: the controller kills the job's group itself and ends the job.
-func TestAWedgedKernelsJobIsKilledByTheController(t *testing.T) {
-	s := startJobSession(t, controller.Options{JobKillGrace: 200 * time.Millisecond})
-	_, info, _ := s.Kernel()
-	j := runJob(t, s, "exec sleep 1000", controller.JobOptions{})
-	pgid := waitPID(t, j)
-	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(info.PID, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	if err := s.KillJob(context.Background(), j.ID()); err != nil {
-		t.Fatal(err)
-	}
-	st, w := settle(t, s, j.ID(), 30*time.Second)
-	if !errors.Is(w.Err, controller.ErrEndedByController) || st.End.Signal != int(syscall.SIGKILL) || !st.End.Killed {
-		t.Fatalf("end %v, err %v; want SIGKILL, killed, ErrEndedByController", st.End, w.Err)
-	}
-	for _, pid := range groupMembers(t, pgid) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(b), ") Z ") {
-			t.Fatalf("process %d of the group is alive: %s", pid, b)
-		}
-	}
-	resume()
-	waitGroupGone(t, pgid)
-	// The kernel's own job_end arrives late and is ignored.
-	for deadline := time.Now().Add(10 * time.Second); j.Late().Ends == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the kernel's job_end never arrived")
-		}
-	}
-	if end, _ := j.End(); end.Signal != int(syscall.SIGKILL) {
-		t.Fatalf("the late end replaced the first: %v", end)
-	}
-}
-
-func TestAJobEndsWhenItsKernelEnds(t *testing.T) {
-	s := startJobSession(t, controller.Options{})
-	_, info, _ := s.Kernel()
-	j := runJob(t, s, "exec sleep 1000", controller.JobOptions{})
-	pgid := waitPID(t, j)
-	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	st, w := settle(t, s, j.ID(), 30*time.Second)
-	if !errors.Is(w.Err, controller.ErrKernelExited) || st.End.ExitCode != nil || st.End.Signal != 0 {
-		t.Fatalf("end %v, err %v; want unknown, ErrKernelExited", st.End, w.Err)
-	}
-	waitGroupGone(t, pgid) // the transport ends what its kernel started
-
-	// The next job runs in a fresh kernel; closing the session ends it.
-	j2 := runJob(t, s, "exec sleep 1000", controller.JobOptions{})
-	waitPID(t, j2)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, w := settle(t, s, j2.ID(), 10*time.Second); !errors.Is(w.Err, controller.ErrClosed) {
-		t.Fatalf("job of a closed session: %v, want ErrClosed", w.Err)
-	}
-	if _, err := s.RunJob(ctx, "true", controller.JobOptions{}); !errors.Is(err, controller.ErrClosed) {
-		t.Fatalf("RunJob after Close: %v, want ErrClosed", err)
-	}
-}
-
 // TestAWaitReturnsByItsDeadline: `sleep 5` with a 200 ms budget detaches, a passed
 // deadline detaches at once, and a second wait settles once the job ends.
 func TestAWaitReturnsByItsDeadline(t *testing.T) {
@@ -651,209 +505,4 @@ func TestStartPreparesAndPrunesItsStateDir(t *testing.T) {
 			t.Errorf("Start(%+v) = %v, want %v", tc.opts, err, tc.want)
 		}
 	}
-}
-
-// TestPropFollowerWritesExactlyTheReportedWindow feeds a job generated output in random
-// chunks, polls a follower at random points and finishes it with the settled report: the
-// writer holds a prefix of the report's window at every point, and exactly the window at
-// the end, under any truncation.
-func TestPropFollowerWritesExactlyTheReportedWindow(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "spill")
-	if err := output.PrepareDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	rapid.Check(t, func(rt *rapid.T) {
-		var tr output.Truncation
-		switch rapid.IntRange(0, 3).Draw(rt, "mode") {
-		case 0:
-			tr = output.Off()
-		case 1:
-			tr = output.On(output.Limits{Bytes: rapid.Int64Range(1, 64).Draw(rt, "bytes"), Lines: rapid.Int64Range(1, 8).Draw(rt, "lines"), Keep: output.Tail})
-		default:
-			tr = output.On(output.Limits{Bytes: rapid.Int64Range(1, 64).Draw(rt, "bytes"), Lines: rapid.Int64Range(1, 8).Draw(rt, "lines")})
-		}
-		// Small pages of capture: a 16-byte prefix and tail and a 48-byte spill, so the
-		// follower also meets lost output.
-		table, err := jobs.NewTable(jobs.TableOptions{Truncation: tr, Capture: output.CaptureOptions{SpillDir: dir, PrefixBytes: 16, TailBytes: 16, SpillLimit: 48}})
-		if err != nil {
-			rt.Fatal(err)
-		}
-		job, err := table.Start(jobs.Spec{Command: "gen", Owner: jobs.OwnerFunc(func(context.Context) error { return nil })})
-		if err != nil {
-			rt.Fatal(err)
-		}
-		var out bytes.Buffer
-		f := controller.NewOutputFollower(job, tr, &out)
-		chunks := rapid.SliceOfN(rapid.SampledFrom([]string{"a", "bc\n", "\n", "é", "€\n", "long line of text\n", "\xff"}), 0, 40).Draw(rt, "chunks")
-		for i, c := range chunks {
-			if err := job.Output([]byte(c)); err != nil {
-				rt.Fatal(err)
-			}
-			if rapid.Bool().Draw(rt, fmt.Sprintf("poll%d", i)) {
-				if err := f.Poll(); err != nil {
-					rt.Fatal(err)
-				}
-			}
-		}
-		if err := job.Finish(jobs.Exited(0)); err != nil {
-			rt.Fatal(err)
-		}
-		_ = f.Poll()
-		report := job.Snapshot().Output
-		all := strings.Join(chunks, "")
-		if tr.IsOff() {
-			// Under Off the follower streams what it saw while it was retained, which may
-			// be more than the report keeps past the retention cap: every byte is the
-			// job's, in order, and the report's bytes are its start.
-			if !strings.HasPrefix(all, out.String()) {
-				rt.Fatalf("follower wrote %q, not a prefix of the output %q", out.Bytes(), all)
-			}
-			if err := f.Finish(report); err != nil {
-				rt.Fatal(err)
-			}
-			if !bytes.HasPrefix(out.Bytes(), report.Kept) || !strings.HasPrefix(all, out.String()) {
-				rt.Fatalf("follower wrote %q; the report keeps %q of %q", out.Bytes(), report.Kept, all)
-			}
-			return
-		}
-		if !bytes.HasPrefix(report.Kept, out.Bytes()) {
-			rt.Fatalf("follower wrote %q, not a prefix of the window %q", out.Bytes(), report.Kept)
-		}
-		if err := f.Finish(report); err != nil {
-			rt.Fatal(err)
-		}
-		if !bytes.Equal(out.Bytes(), report.Kept) {
-			rt.Fatalf("follower wrote %q, the window is %q", out.Bytes(), report.Kept)
-		}
-	})
-}
-
-func TestAFollowerStreamsARealJob(t *testing.T) {
-	s := startJobSession(t, controller.Options{})
-	j := runJob(t, s, "for i in 1 2 3; do echo line$i; sleep 0.1; done; seq 1 3000", controller.JobOptions{})
-	var out bytes.Buffer
-	f := controller.NewOutputFollower(j, output.Default(), &out)
-	for {
-		w, err := s.WaitJob(context.Background(), j.ID(), 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Poll(); err != nil {
-			t.Fatal(err)
-		}
-		if st, ok := w.Outcome.(jobs.Settled); ok {
-			if err := f.Finish(st.Output); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(out.Bytes(), st.Output.Kept) || !strings.HasPrefix(out.String(), "line1\nline2\nline3\n1\n") || st.Output.KeptLines != 2000 {
-				t.Fatalf("followed %d bytes, window %d bytes (%d lines)", out.Len(), len(st.Output.Kept), st.Output.KeptLines)
-			}
-			return
-		}
-	}
-}
-
-// TestALocalJobsOutputGoesThroughFIFOs: a local kernel's job writes to FIFOs in the
-// session's output dir (not the kernel's pipes, so no job_output frame carries it), its
-// exact bytes from stdout and stderr arrive, and no FIFO is left once it ended.
-func TestALocalJobsOutputGoesThroughFIFOs(t *testing.T) {
-	s := startJobSession(t, controller.Options{})
-	j := runJob(t, s, `readlink /proc/$$/fd/1 /proc/$$/fd/2`, controller.JobOptions{})
-	st, w := settle(t, s, j.ID(), 30*time.Second)
-	if st.End.ExitCode == nil || *st.End.ExitCode != 0 || w.Err != nil {
-		t.Fatalf("end %v, %v", st.End, w.Err)
-	}
-	all := readAll(t, j.Capture())
-	lines := strings.Split(string(all), "\n")
-	if len(lines) != 3 || lines[2] != "" {
-		t.Fatalf("output %q", all)
-	}
-	for i, name := range []string{"-stdout", "-stderr"} {
-		if !strings.HasPrefix(lines[i], filepath.Join(s.SpillDir(), "kennel-fifo-")) || !strings.Contains(lines[i], name) {
-			t.Errorf("fd %d of the job is %q, want a FIFO ...%s in %s", i+1, lines[i], name, s.SpillDir())
-		}
-	}
-	j = runJob(t, s, `printf 'a\000\377b' >&2`, controller.JobOptions{})
-	settle(t, s, j.ID(), 30*time.Second)
-	if got := readAll(t, j.Capture()); string(got) != "a\x00\xffb" {
-		t.Errorf("stderr bytes %q, want %q", got, "a\x00\xffb")
-	}
-	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "kennel-fifo-*"))
-	if len(left) != 0 {
-		t.Errorf("FIFOs left after the job: %v", left)
-	}
-}
-
-// TestADaemonizedGrandchildDoesNotHoldAFIFOJob: `sleep 30 & echo hi` leaves a process of
-// the job's group holding its FIFOs after the shell ended; the job still ends (within the
-// kill grace of the kernel's job_end, far before the sleep) with "hi" counted.
-func TestADaemonizedGrandchildDoesNotHoldAFIFOJob(t *testing.T) {
-	s := startJobSession(t, controller.Options{JobKillGrace: 300 * time.Millisecond})
-	j := runJob(t, s, "sleep 30 & echo hi", controller.JobOptions{})
-	pgid := waitPID(t, j)
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-	st, w := settle(t, s, j.ID(), 20*time.Second)
-	if st.End.ExitCode == nil || *st.End.ExitCode != 0 || w.Err != nil || string(st.Output.Kept) != "hi\n" || st.Output.TotalBytes != 3 {
-		t.Fatalf("end %v, %v, output %+v; want exit 0 with hi", st.End, w.Err, st.Output)
-	}
-	if len(groupMembers(t, pgid)) == 0 {
-		t.Fatal("the grandchild is gone: the test did not hold a FIFO open past the end")
-	}
-}
-
-// TestAWrappedJobsOutputStillGoesThroughFrames: a transport without SameFS (the setsid
-// wrapper) keeps the kernel's pipes and job_output frames, with the exact bytes.
-func TestAWrappedJobsOutputStillGoesThroughFrames(t *testing.T) {
-	sb := wrappedtest.Setsid(t, wrapped.Options{})
-	s := startJobSession(t, controller.Options{Transport: sb.Transport, Dir: sb.HostDir, SandboxDir: sb.Map.Dir()})
-	j := runJob(t, s, `readlink /proc/$$/fd/1 /proc/$$/fd/2`, controller.JobOptions{})
-	st, w := settle(t, s, j.ID(), 30*time.Second)
-	if st.End.ExitCode == nil || *st.End.ExitCode != 0 || w.Err != nil {
-		t.Fatalf("end %v, %v", st.End, w.Err)
-	}
-	lines := strings.Split(string(readAll(t, j.Capture())), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "pipe:[") || !strings.HasPrefix(lines[1], "pipe:[") {
-		t.Fatalf("output %q, want two pipes", lines)
-	}
-	j = runJob(t, s, `printf 'a\000\377b' >&2`, controller.JobOptions{})
-	settle(t, s, j.ID(), 30*time.Second)
-	if got := readAll(t, j.Capture()); string(got) != "a\x00\xffb" {
-		t.Errorf("stderr bytes %q, want %q", got, "a\x00\xffb")
-	}
-}
-
-// TestJobRunEncodesItsFIFOsOnlyWhenSet: the job_run frame names stdout and stderr only
-// when they are set, and any strings round-trip through JSON.
-func TestJobRunEncodesItsFIFOsOnlyWhenSet(t *testing.T) {
-	for _, tc := range []struct {
-		f    protocol.JobRun
-		want string
-	}{
-		{protocol.JobRun{ID: "j1", Command: "c"}, `{"type":"job_run","id":"j1","command":"c"}`},
-		{protocol.JobRun{ID: "j1", Command: "c", Stdout: "/p/a", Stderr: "/p/b"}, `{"type":"job_run","id":"j1","command":"c","stdout":"/p/a","stderr":"/p/b"}`},
-		{protocol.JobRun{ID: "j1", Command: "c", Stderr: "/p/\"b"}, `{"type":"job_run","id":"j1","command":"c","stderr":"/p/\"b"}`},
-	} {
-		got, err := tc.f.MarshalLine()
-		if err != nil || string(got) != tc.want+"\n" {
-			t.Errorf("%+v: %s, %v; want %s", tc.f, got, err, tc.want)
-		}
-	}
-	rapid.Check(t, func(t *rapid.T) {
-		f := protocol.JobRun{ID: rapid.String().Draw(t, "id"), Command: rapid.String().Draw(t, "cmd"),
-			Stdout: rapid.String().Draw(t, "stdout"), Stderr: rapid.String().Draw(t, "stderr")}
-		line, err := f.MarshalLine()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]string
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-		_, hasOut := m["stdout"]
-		_, hasErr := m["stderr"]
-		if m["type"] != "job_run" || m["id"] != f.ID || m["command"] != f.Command || m["stdout"] != f.Stdout || m["stderr"] != f.Stderr ||
-			hasOut != (f.Stdout != "") || hasErr != (f.Stderr != "") {
-			t.Fatalf("%+v encoded as %s", f, line)
-		}
-	})
 }

@@ -76,7 +76,7 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 		ctx: kctx, cancel: kcancel,
 		inflight: semaphore.NewWeighted(maxRequestBytesInFlight),
 		cells:    make(map[string]*cellRun),
-		jobs:     kernelJobs{runs: make(map[string]*jobRun)},
+		jobs:     newKernelJobs(k),
 		done:     make(chan struct{}),
 		helloCh:  make(chan protocol.Hello, 1),
 	}

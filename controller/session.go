@@ -84,9 +84,10 @@ type Options struct {
 	// subdirectory, where files older than 14 days are pruned when a session starts.
 	// Empty means DefaultStateDir().
 	StateDir string
-	// JobKillGrace is how long a killed shell job of a HostPIDs kernel may take to end
-	// before the controller kills its process group itself, and then how long before it
-	// ends the job itself when the kernel still has not reported the end. Zero means 2 s.
+	// JobKillGrace is how long a killed shell job of a kernel with transports.HostGroups
+	// (a local kernel) may take to end before the controller kills its process group
+	// itself, and then how long before it ends the job itself when the kernel still has
+	// not reported the end. Zero means 2 s.
 	JobKillGrace time.Duration
 	// OnGateDecision, when set, is told of every host request the gate decided on:
 	// "accepted", or the refusal's code ("too_large", "unserved", "no_type", "duplicate").

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -220,11 +221,12 @@ func (v *validator) do(t *testing.T, ex exchange) []byte {
 	return b
 }
 
-// exactly reports whether the path template, with params put in, is path: OpenAPI path
-// templates match whole paths (the legacy router also takes a trailing slash).
+// exactly reports whether the path template, with params put in (path-escaped, as they
+// are in path), is path: OpenAPI path templates match whole paths (the legacy router
+// also takes a trailing slash).
 func exactly(template string, params map[string]string, path string) bool {
 	for k, v := range params {
-		template = strings.ReplaceAll(template, "{"+k+"}", v)
+		template = strings.ReplaceAll(template, "{"+k+"}", url.PathEscape(v))
 	}
 	return template == path
 }
@@ -399,8 +401,47 @@ func TestEveryReplyIsInTheOpenAPIDocument(t *testing.T) {
 	v.do(t, exchange{method: "POST", target: sid + "/children/nochild/handback", valid: true, status: 404})
 	v.do(t, exchange{method: "POST", target: "/sessions/nosuch/children/nochild/handback", valid: true, status: 404})
 
+	// Hosts: reads that never probe (unknown), a probe of a port nobody listens on (202,
+	// then unreachable), refused targets and queries. daemon/hosts_test.go drives the
+	// answers of a real sshd through the same validator.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	v.do(t, exchange{method: "GET", target: "/hosts?target=nowhere.invalid", valid: true, status: 200})
+	v.do(t, exchange{method: "POST", target: "/hosts/root@" + closed + "/probe", body: js(`{}`), valid: true, status: 202})
+	for deadline := time.Now().Add(40 * time.Second); ; {
+		st := decode[api.HostState](t, v.do(t, exchange{method: "GET", target: "/hosts?target=root@" + closed, valid: true, status: 200}))
+		if st.Status == api.HostUnreachable {
+			break
+		}
+		if st.Status != api.HostProbing || time.Now().After(deadline) {
+			t.Fatalf("the probe of a closed port: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, ex := range []exchange{
+		{method: "GET", target: "/hosts", valid: false, status: 400},
+		{method: "GET", target: "/hosts?target=", valid: false, status: 400},
+		{method: "GET", target: "/hosts?target=-oProxyCommand%3Dx", valid: true, status: 400},
+		{method: "GET", target: "/hosts?target=a%20b", valid: true, status: 400},
+		{method: "GET", target: "/hosts?target=a&target=b", valid: true, status: 400},
+		{method: "GET", target: "/hosts?target=a;b", valid: false, status: 400},
+		{method: "POST", target: "/hosts/-oProxyCommand=x/probe", valid: true, status: 400},
+		{method: "POST", target: "/hosts/root@/probe", valid: true, status: 400},
+	} {
+		v.do(t, ex)
+	}
+
 	// Unrouted: unknown paths, wrong methods, paths ServeMux would redirect.
 	for _, ex := range []exchange{
+		{method: "DELETE", target: "/hosts", status: 405},
+		{method: "POST", target: "/hosts", body: js(`{}`), status: 405},
+		{method: "GET", target: "/hosts/h/probe", status: 405},
+		{method: "PUT", target: "/hosts/h/probe", body: js(`{}`), status: 405},
+		{method: "GET", target: "/hosts/h", status: 404},
 		{method: "GET", target: "/nope", status: 404},
 		{method: "GET", target: "/sessions/", status: 404},
 		{method: "GET", target: "/sessions/x/../y", status: 404},

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,7 +139,13 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 // seconds, and leaves no container behind.
 func TestAGracefulShutdownLeavesNoContainer(t *testing.T) {
 	cli := testneed.DockerEngine(t)
-	r := serve(t, daemon.Options{})
+	logs := &syncBuf{}
+	r := serve(t, daemon.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	defer func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs.String())
+		}
+	}()
 	ctx := context.Background()
 	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}, kclient.CreateOptions{})
 	if err != nil {
@@ -269,3 +276,23 @@ func fakesOf(t *testing.T) []int {
 func pyQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestServeRemovesTheSpillOfSessionsItNoLongerHas: spill files a daemon's sessions left
+// (a crash, a SIGKILL) are removed when the next daemon starts on that state directory.
+func TestServeRemovesTheSpillOfSessionsItNoLongerHas(t *testing.T) {
+	state := filepath.Join(shortDir(t), "state")
+	left := filepath.Join(state, "output", "session-0123456789ab")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "kennel-spill-1"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve(t, daemon.Options{StateDir: state})
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("a dead session's spill directory survived the daemon's start: %v", err)
+	}
+}

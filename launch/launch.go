@@ -335,6 +335,13 @@ func (k *Kit) SweepDocker(ctx context.Context) (docker.SweepResult, error) {
 	return docker.SweepEngine(ctx, docker.EngineSweepOptions{ConnectOptions: k.opts.Engine})
 }
 
+// Hosts returns the ssh connections and probe cache the Kit's ssh sessions share,
+// making them (reading the ssh config, connecting nowhere) on first use. It fails with
+// an error matching ssh.ErrUnreachable once the Kit is closed, and with NewHosts's error
+// when Options.Hosts cannot be used. The Hosts stays the Kit's: the caller must not
+// Close it.
+func (k *Kit) Hosts() (*ssh.Hosts, error) { return k.sshHosts() }
+
 // sshHosts returns the Kit's ssh connections.
 func (k *Kit) sshHosts() (*ssh.Hosts, error) {
 	k.mu.Lock()

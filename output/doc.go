@@ -20,7 +20,9 @@
 // head and tail, even under Off; Off then keeps what was retained and counts the rest as
 // dropped, and the report's Retained names the ranges that can still be read). Save
 // writes the exact bytes to a file atomically. Prune removes old spill files. Captures makes the captures of one
-// set of options, checked once (a job table makes one per job).
+// set of options, checked once (a job table makes one per job). A Follower streams a
+// capture to a writer while it is written, within the window its report will keep, and
+// completes it from the settled report: the writer ends with exactly the report's bytes.
 //
 // Files go only into directories that PrepareDir accepts: 0700 and owned by the user.
 //

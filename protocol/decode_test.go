@@ -1,10 +1,13 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -187,6 +190,154 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("%s:\n got %#v\nwant %#v", line, got, c.want)
+			}
+		}
+	})
+}
+
+// stubJobOutput is a job_output line as the stub writes it (without its newline).
+func stubJobOutput(id, name string, data []byte) []byte {
+	return []byte(`{"event":"job_output","id":"` + id + `","name":"` + name + `","data":"` + base64.StdEncoding.EncodeToString(data) + `"}`)
+}
+
+// checkSameAsDecodeJobOutput states the fast decoder's law on one line: when it decodes a
+// line it gives exactly the bytes DecodeJobOutput gives, and that decoder accepts the line
+// too, with the same id.
+func checkSameAsDecodeJobOutput(t interface{ Fatalf(string, ...any) }, line []byte, id string) (ok bool) {
+	var buf []byte
+	got, ok := decodeStubJobOutput(line, id, &buf)
+	if !ok {
+		return false
+	}
+	want, err := DecodeJobOutput(line)
+	if err != nil {
+		t.Fatalf("fast path decoded %q, DecodeJobOutput refuses it: %v", line, err)
+	}
+	if want.ID != id || !bytes.Equal(got, want.Data) {
+		t.Fatalf("fast path gave %q for id %q, DecodeJobOutput %q for id %q", got, id, want.Data, want.ID)
+	}
+	return true
+}
+
+func TestFastJobOutputDecodesTheStubsFrames(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		data := rapid.SliceOfN(rapid.Byte(), 0, 1<<12).Draw(t, "data")
+		id := "j" + strconv.FormatUint(rapid.Uint64Range(1, 1<<40).Draw(t, "id"), 10)
+		name := rapid.SampledFrom([]string{StreamStdout, StreamStderr}).Draw(t, "name")
+		if !checkSameAsDecodeJobOutput(t, stubJobOutput(id, name, data), id) {
+			t.Fatalf("fast path refused the stub's own layout")
+		}
+	})
+}
+
+func TestFastJobOutputFallsBackOnAnyOtherLayout(t *testing.T) {
+	good := string(stubJobOutput("j1", "stdout", []byte("hi\n")))
+	if !checkSameAsDecodeJobOutput(t, []byte(strings.Replace(good, `aGkK`, `aGk=`, 1)), "j1") {
+		t.Fatal("fast path refused other valid base64 in the stub's layout")
+	}
+	for _, line := range []string{
+		strings.Replace(good, `"name":"stdout"`, `"name":"stdin"`, 1),
+		strings.Replace(good, `aGkK`, `aGkK\n`, 1),
+		strings.Replace(good, `aGkK`, `aG=K`, 1),
+		strings.Replace(good, `aGkK`, `aGl=`, 1), // non-zero padding bits: strict refuses
+		strings.Replace(good, `aGkK`, `aGk`, 1),
+		strings.Replace(good, `aGkK`, "aG\rkK", 1), // base64 skips CR; JSON refuses it raw (found by FuzzFastJobOutput)
+		strings.Replace(good, `"}`, `","data":"AAAA"}`, 1),
+		strings.Replace(good, `{"event"`, `{ "event"`, 1),
+		strings.Replace(good, `"id":"j1"`, `"id":"j\u0031"`, 1),
+		strings.Replace(good, `"name":"stdout",`, `"name":"stdout","x":1,`, 1),
+		good + " ",
+	} {
+		if checkSameAsDecodeJobOutput(t, []byte(line), "j1") {
+			t.Errorf("fast path took %s", line)
+		}
+	}
+	if _, ok := decodeStubJobOutput([]byte(good), "j2", new([]byte)); ok {
+		t.Error("fast path decoded a frame of another id")
+	}
+	if _, ok := decodeStubJobOutput([]byte(strings.ReplaceAll(good, "j1", `j"1`)), `j"1`, new([]byte)); ok {
+		t.Error("fast path took an id that needs escaping")
+	}
+}
+
+// TestJobOutputDecoderGivesWhatDecodeJobOutputGives runs one decoder over the stub's
+// layout, other valid layouts, bad frames and frames of another job, in any order: each
+// answer is DecodeJobOutput's (or its refusal), a frame naming another job is an
+// ErrBadField on "id", and the bytes of one call are intact until the next.
+func TestJobOutputDecoderGivesWhatDecodeJobOutputGives(t *testing.T) {
+	var d JobOutputDecoder
+	rapid.Check(t, func(t *rapid.T) {
+		data := rapid.SliceOfN(rapid.Byte(), 0, 1<<10).Draw(t, "data")
+		id := rapid.SampledFrom([]string{"j1", "j22", `j"3`, "j\u00e94"}).Draw(t, "id")
+		name := rapid.SampledFrom([]string{StreamStdout, StreamStderr}).Draw(t, "name")
+		b64 := base64.StdEncoding.EncodeToString(data)
+		quoted, _ := json.Marshal(id)
+		line := rapid.SampledFrom([]string{
+			string(stubJobOutput(id, name, data)),
+			`{"event":"job_output","id":` + string(quoted) + `,"name":"` + name + `","data":"` + b64 + `"}`,
+			`{"data":"` + b64 + `","name":"` + name + `","id":` + string(quoted) + `,"event":"job_output"}`,
+			`{"event":"job_output","id":` + string(quoted) + `,"name":"` + name + `","data":"` + b64 + `x"}`,
+			`{"event":"job_output","id":` + string(quoted) + `,"name":"stdin","data":"` + b64 + `"}`,
+		}).Draw(t, "line")
+		askID := id
+		if rapid.Bool().Draw(t, "other job") {
+			askID = "j9"
+		}
+		got, err := d.Decode([]byte(line), askID)
+		want, werr := DecodeJobOutput([]byte(line))
+		switch {
+		case werr != nil:
+			if err == nil || !errors.Is(err, ErrBadField) && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("%s: Decode %q, %v; DecodeJobOutput refuses it: %v", line, got, err, werr)
+			}
+		case want.ID != askID:
+			var fe *FrameError
+			if !errors.As(err, &fe) || fe.Field != "id" || !errors.Is(err, ErrBadField) {
+				t.Fatalf("%s for job %s: Decode %q, %v; want an ErrBadField on id", line, askID, got, err)
+			}
+		case err != nil || !bytes.Equal(got, want.Data):
+			t.Fatalf("%s: Decode %q, %v; DecodeJobOutput %q", line, got, err, want.Data)
+		}
+	})
+}
+
+// TestJobOutputDecoderKeepsNoLargeBuffer: after a frame larger than it keeps, the
+// decoder holds no buffer, and the bytes it gave stay intact.
+func TestJobOutputDecoderKeepsNoLargeBuffer(t *testing.T) {
+	var d JobOutputDecoder
+	small, err := d.Decode(stubJobOutput("j1", "stdout", []byte("hi")), "j1")
+	if err != nil || string(small) != "hi" || d.buf == nil {
+		t.Fatalf("small frame: %q, %v, buffer kept %v", small, err, d.buf != nil)
+	}
+	big := bytes.Repeat([]byte{0xa5}, jobOutputKeep+1)
+	got, err := d.Decode(stubJobOutput("j1", "stdout", big), "j1")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big frame: %d bytes, %v", len(got), err)
+	}
+	if d.buf != nil {
+		t.Fatalf("decoder keeps a buffer of %d bytes after a big frame", cap(d.buf))
+	}
+}
+
+// BenchmarkJobOutputDecoder decodes a job_output frame of 64 KiB as the stub writes it,
+// through JobOutputDecoder and through DecodeJobOutput.
+func BenchmarkJobOutputDecoder(b *testing.B) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 4<<10)
+	line := stubJobOutput("j1", StreamStdout, data)
+	b.Run("JobOutputDecoder", func(b *testing.B) {
+		var d JobOutputDecoder
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := d.Decode(line, "j1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeJobOutput", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := DecodeJobOutput(line); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

@@ -51,3 +51,16 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastJobOutput holds the fast job_output decoder (JobOutputDecoder's path for the
+// stub's own layout) to DecodeJobOutput on any line and id.
+func FuzzFastJobOutput(f *testing.F) {
+	f.Add(stubJobOutput("j1", "stdout", []byte("hello\n")), "j1")
+	f.Add(stubJobOutput("j7", "stderr", []byte{0, 0xff, 0xc3}), "j7")
+	f.Add(stubJobOutput("j1", "stdout", nil), "j1")
+	f.Add([]byte(`{"event":"job_output","id":"j1","name":"stdout","data":"aGk="}`), "j1")
+	f.Add([]byte(`{"event":"job_output","id":"j1","name":"stdout","data":"a\"Gk="}`), "j1")
+	f.Fuzz(func(t *testing.T, line []byte, id string) {
+		checkSameAsDecodeJobOutput(t, line, id)
+	})
+}

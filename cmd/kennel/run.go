@@ -281,7 +281,7 @@ func stopOnHardSignal(ctx context.Context, s *controller.Session) {
 }
 
 // runShell runs f.sh as a job in a fresh local session: it prints the job's output as it
-// arrives within the job's window (controller.OutputFollower), then the truncation
+// arrives within the job's window (output.Follower), then the truncation
 // notice, and exits with the job's code. Past --budget the job detaches: kennel says so
 // and keeps waiting. Ctrl-C kills the job.
 func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
@@ -295,7 +295,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	follow := controller.NewOutputFollower(job, truncation, stdout)
+	follow := output.NewFollower(job.Capture(), truncation, stdout)
 
 	const tick = 50 * time.Millisecond // how often the output so far is printed
 	started := time.Now()
@@ -332,7 +332,7 @@ func runShell(ctx context.Context, f runFlags, stdout, stderr io.Writer) error {
 }
 
 // killShell kills the job after Ctrl-C, waits for its end a while and prints what it kept.
-func killShell(sigCtx context.Context, s *controller.Session, job *jobs.Job, follow *controller.OutputFollower, stderr io.Writer) error {
+func killShell(sigCtx context.Context, s *controller.Session, job *jobs.Job, follow *output.Follower, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := s.KillJob(ctx, job.ID()); err != nil {
@@ -358,12 +358,10 @@ func printNotice(ctx context.Context, s *controller.Session, st jobs.Settled, st
 	r.Where = ""
 	if path, err := s.SaveOutput(context.WithoutCancel(ctx), st.ID); err == nil {
 		r.Where = path
-	} else if job, ok := s.Jobs().Job(st.ID); ok {
-		cs := job.Capture().Stat()
-		r.ArtifactErr = fmt.Errorf("only the first %d bytes were retained", cs.Retained)
-		if cs.SpillPath != "" {
-			r.ArtifactErr = fmt.Errorf("only the first %d bytes were retained, in %s", cs.Retained, cs.SpillPath)
-		}
+	} else {
+		// Past the spill limit the output was not retained whole: the notice names the
+		// ranges that were (they go with the session's spill files at its end).
+		r.ArtifactErr = fmt.Errorf("not saved: %w", err)
 	}
 	fmt.Fprintln(stderr, r.Notice())
 }

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/protocol"
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// MaxCommandBytes is the longest shell command RunJob accepts: Linux refuses to exec a
+// single argument longer than 128 KiB (MAX_ARG_STRLEN), and the command is one argument of
+// /bin/sh -c.
+const MaxCommandBytes = 128<<10 - 1
+
+// RunJob starts command as a shell job inside the sandbox (`/bin/sh -c command`, in its
+// own process group there) and returns it at once. Its stdout and stderr arrive as bytes,
+// never decoded, in the job's Capture, bounded for reports by opts.Truncation or the
+// session's. The job ends exactly once: with the kernel's job_end, or with an unknown end
+// when its kernel ends first (JobWait.Err then says why).
+//
+// For a transport whose kernel shares the host's file system (Capabilities.SameFS) the
+// job's stdout and stderr are FIFOs in OutputDir that the controller reads itself (the
+// kernel falls back to forwarding frames if it cannot open them); the kernel's job_end
+// then takes effect once both FIFOs reached end of file, or after Options.JobKillGrace
+// when a process that outlived the shell still holds one (the bytes read until then are
+// the job's output).
+//
+// Job.Kill goes through the job's owner: the kernel signals the job's process group
+// (SIGTERM); for a kernel that lets the controller signal its jobs' groups on the host
+// (transports.HostGroups: a local kernel) the controller, once the group was verified at
+// job_start (HostGroups.VerifyGroup), also kills it with SIGKILL if it is still there
+// after Options.JobKillGrace, and ends the job itself (ErrEndedByController) if the kernel has
+// not reported the end after as long again, so a job of a wedged kernel still dies.
+//
+// An invalid command (ErrInvalidCommand) or truncation (output.ErrInvalidLimits) is
+// refused, starting nothing.
+func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (*jobs.Job, error) {
+	return s.runJob(ctx, command, opts, nil)
+}
+
+// runJob is RunJob; edit, when not nil, may change the job_run frame before it is sent
+// (tests: a kernel that cannot open its FIFOs).
+func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, edit func(*protocol.JobRun)) (*jobs.Job, error) {
+	if err := checkCommand(command); err != nil {
+		return nil, err
+	}
+	if opts.Truncation != nil {
+		if err := opts.Truncation.Validate(); err != nil {
+			return nil, fmt.Errorf("run job: %w", err)
+		}
+	}
+	kc, err := s.kernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &jobRun{s: s, kc: kc, kind: shellJob}
+	job, err := s.jobs.table.Start(jobs.Spec{Command: command, Owner: r, Truncation: opts.Truncation})
+	if err != nil {
+		return nil, fmt.Errorf("run job: %w", err)
+	}
+	r.job, r.frameID = job, job.ID().String()
+	frame := protocol.JobRun{ID: r.frameID, Command: command}
+	if s.opts.Transport.Capabilities().SameFS {
+		f, err := newJobFIFOs(s.jobs.spillDir, job, s.jobs.fifoPool)
+		if err != nil {
+			s.log.Warn("job output goes through frames", "job", job.ID(), "err", err)
+		} else {
+			r.fifos = f
+			frame.Stdout, frame.Stderr = f.paths[0], f.paths[1]
+		}
+	}
+	if edit != nil {
+		edit(&frame)
+	}
+	s.jobs.add(r)
+
+	kc.mu.Lock()
+	if kc.err != nil {
+		err := kc.err
+		kc.mu.Unlock()
+		r.endWithout(err, jobs.End{})
+		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+	}
+	kc.jobs.runs[r.frameID] = r
+	kc.mu.Unlock()
+
+	if err := kc.writeFrame(ctx, frame); err != nil {
+		kc.mu.Lock()
+		delete(kc.jobs.runs, r.frameID)
+		kc.mu.Unlock()
+		r.endWithout(err, jobs.End{})
+		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+	}
+	return job, nil
+}
+
+// checkCommand refuses a command /bin/sh -c cannot be given.
+func checkCommand(command string) error {
+	switch {
+	case len(command) > MaxCommandBytes:
+		return fmt.Errorf("run job: command of %d bytes (at most %d): %w", len(command), MaxCommandBytes, ErrInvalidCommand)
+	case !utf8.ValidString(command):
+		return fmt.Errorf("run job: command is not valid UTF-8: %w", ErrInvalidCommand)
+	case strings.IndexByte(command, 0) >= 0:
+		return fmt.Errorf("run job: command has a NUL byte: %w", ErrInvalidCommand)
+	}
+	return nil
+}
+
+// hostKill kills a killed shell job's process group with SIGKILL (through g, the
+// kernel's HostGroups) when it is still there after the grace, and ends the job itself
+// when the kernel has not reported the end after as long again and the group is empty.
+func (r *jobRun) hostKill(g transports.HostGroups, pgid int) {
+	grace := r.s.opts.JobKillGrace
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-r.job.Done():
+		return
+	case <-t.C:
+	}
+	end := jobs.End{Killed: true}
+	if r.groupAlive(g, pgid) {
+		r.s.log.Warn("killed job still running after the grace; killing its process group", "job", r.frameID, "pgid", pgid, "grace", grace)
+		if err := g.KillGroup(pgid); err != nil {
+			r.s.log.Warn("killing a job's process group", "job", r.frameID, "pgid", pgid, "err", err)
+		} else {
+			end = jobs.End{Signal: transports.KillSignal, Killed: true}
+		}
+	}
+	t.Reset(grace)
+	select {
+	case <-r.job.Done():
+		return
+	case <-t.C:
+	}
+	if r.groupAlive(g, pgid) {
+		return // uninterruptible sleep; the kernel's end (or its kernel's) will come
+	}
+	r.s.log.Warn("kernel did not report the end of a killed job; ending it", "job", r.frameID)
+	r.endWithout(fmt.Errorf("job %s: the kernel did not report its end within %v of its kill: %w", r.job.ID(), 2*grace, ErrEndedByController), end)
+}
+
+// groupAlive asks g whether the job's group pgid has a live member; when g cannot tell,
+// the group is taken for alive.
+func (r *jobRun) groupAlive(g transports.HostGroups, pgid int) bool {
+	alive, err := g.GroupAlive(pgid)
+	if err != nil {
+		r.s.log.Warn("cannot tell whether a job's process group is alive; taking it for alive", "job", r.frameID, "pgid", pgid, "err", err)
+		return true
+	}
+	return alive
+}
