@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/kennel-dev/kennel/transports"
+	"github.com/containerd/errdefs"
 )
 
 // ErrBadPath reports a bundle file path that is not clean, relative and unique.
@@ -14,10 +14,11 @@ var ErrBadPath = errors.New("bad bundle path")
 // directory, a symlink, owned by another user, or writable by group or others.
 var ErrUnsafeCache = errors.New("unsafe bundle cache directory")
 
-// ErrNoPython reports that no usable Python interpreter (3.9 or newer) was found. It
-// wraps transports.ErrUnavailable, so errors.Is(err, transports.ErrUnavailable) holds
-// too. A *PythonError carries the details and the fix.
-var ErrNoPython = fmt.Errorf("no python interpreter: %w", transports.ErrUnavailable)
+// ErrNoPython reports that no usable Python interpreter (3.9 or newer) was found. It is
+// of class errdefs.ErrUnavailable (which transports.ErrUnavailable is), so a caller that
+// decides on "this cannot start here" needs no list of packages. A *PythonError carries
+// the details and the fix.
+var ErrNoPython = fmt.Errorf("no python interpreter: %w", errdefs.ErrUnavailable)
 
 // PythonError says which interpreter was asked for, why it cannot be used, and what to
 // install. It matches ErrNoPython with errors.Is.
@@ -39,9 +40,9 @@ func (e *PythonError) Error() string {
 	return msg
 }
 
-// Is reports whether target is ErrNoPython or transports.ErrUnavailable.
+// Is reports whether target is ErrNoPython or errdefs.ErrUnavailable.
 func (e *PythonError) Is(target error) bool {
-	return target == ErrNoPython || target == transports.ErrUnavailable
+	return target == ErrNoPython || target == errdefs.ErrUnavailable
 }
 
 // Unwrap returns the underlying error.

@@ -22,7 +22,7 @@ const probeProgram = "import sys;v=sys.version_info;sys.stdout.write('%s\\n%d.%d
 // sys.executable. It returns that absolute path, which starts fast every time.
 //
 // The interpreter must be Python 3.9 or newer. Any failure is a *PythonError matching
-// ErrNoPython (and transports.ErrUnavailable) that names the fix.
+// ErrNoPython (class errdefs.ErrUnavailable) that names the fix.
 func ResolvePython(ctx context.Context, name string) (string, error) {
 	if name == "" {
 		name = "python3"

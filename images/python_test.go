@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kennel-dev/kennel/transports"
+	"github.com/containerd/errdefs"
 )
 
 func TestResolvePythonFindsTheRealInterpreter(t *testing.T) {
@@ -52,7 +52,7 @@ func TestResolvePythonErrors(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := ResolvePython(context.Background(), c.name)
-			if !errors.Is(err, ErrNoPython) || !errors.Is(err, transports.ErrUnavailable) {
+			if !errors.Is(err, ErrNoPython) || !errdefs.IsUnavailable(err) {
 				t.Fatalf("err = %v, want ErrNoPython and ErrUnavailable", err)
 			}
 			var pe *PythonError

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
-	"github.com/kennel-dev/kennel/transports"
 )
 
 // TestBuildDefault builds the default kernel image (or finds it current, as .ci/kernel-image
@@ -53,7 +53,7 @@ func TestBuildDefault(t *testing.T) {
 }
 
 // TestCheckMissingAndStale: a missing image names the build command; an image whose
-// label is another stub's is stale. Both match transports.ErrUnavailable.
+// label is another stub's is stale. Both are of class errdefs.ErrUnavailable.
 func TestCheckMissingAndStale(t *testing.T) {
 	cli := engine(t)
 	b, err := images.Stub()
@@ -62,7 +62,7 @@ func TestCheckMissingAndStale(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, err = kernelimage.Check(ctx, cli, "kennel-kernel:doesnotexist0", b)
-	if !errors.Is(err, kernelimage.ErrImageMissing) || !errors.Is(err, transports.ErrUnavailable) || !strings.Contains(err.Error(), "kennel image build") {
+	if !errors.Is(err, kernelimage.ErrImageMissing) || !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kennel image build") {
 		t.Fatalf("missing image: %v", err)
 	}
 	// The base image carries no bundle label: stale as a kernel image.
@@ -73,7 +73,7 @@ func TestCheckMissingAndStale(t *testing.T) {
 		t.Skipf("no base image yet: %v", err)
 	}
 	_, err = kernelimage.Check(ctx, cli, kernelimage.BaseRef, b)
-	if !errors.Is(err, kernelimage.ErrImageStale) || !errors.Is(err, transports.ErrUnavailable) || !strings.Contains(err.Error(), "kennel image build") {
+	if !errors.Is(err, kernelimage.ErrImageStale) || !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kennel image build") {
 		t.Fatalf("stale image: %v", err)
 	}
 }

@@ -6,7 +6,7 @@
 //
 // A session never pulls or builds: Check reports a missing image (ErrImageMissing) or
 // one of another stub version (ErrImageStale), both naming `kennel image build` and
-// both matching transports.ErrUnavailable.
+// both of class errdefs.ErrUnavailable (transports.ErrUnavailable).
 //
 //	cli, err := client.New(client.FromEnv)
 //	if err != nil { ... }

@@ -19,7 +19,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/images"
-	"github.com/kennel-dev/kennel/transports"
 )
 
 // Dockerfile is the kernel image's Dockerfile (the repository's Dockerfile.kernel is the
@@ -49,12 +48,12 @@ const KernelRepo = "kennel-kernel"
 const BuildCommand = "kennel image build"
 
 // ErrImageMissing reports that the kernel image is not in the engine. A session never
-// pulls or builds: the fix is BuildCommand. It wraps transports.ErrUnavailable.
-var ErrImageMissing = fmt.Errorf("kernel image missing: run `%s` once: %w", BuildCommand, transports.ErrUnavailable)
+// pulls or builds: the fix is BuildCommand. Its class is errdefs.ErrUnavailable.
+var ErrImageMissing = fmt.Errorf("kernel image missing: run `%s` once: %w", BuildCommand, cerrdefs.ErrUnavailable)
 
 // ErrImageStale reports a kernel image of another stub version (its bundle label is not
-// this binary's). It wraps transports.ErrUnavailable.
-var ErrImageStale = fmt.Errorf("kernel image stale (another kennel version's stub): run `%s`: %w", BuildCommand, transports.ErrUnavailable)
+// this binary's). Its class is errdefs.ErrUnavailable.
+var ErrImageStale = fmt.Errorf("kernel image stale (another kennel version's stub): run `%s`: %w", BuildCommand, cerrdefs.ErrUnavailable)
 
 // ErrBuild reports that the engine refused or failed a build or import step.
 var ErrBuild = errors.New("image build failed")
@@ -84,7 +83,7 @@ func Check(ctx context.Context, cli client.APIClient, ref string, bundle *images
 		if cerrdefs.IsNotFound(err) {
 			return st, fmt.Errorf("image %s: %w", ref, ErrImageMissing)
 		}
-		return st, fmt.Errorf("inspect image %s: %w: %w", ref, transports.ErrUnavailable, err)
+		return st, fmt.Errorf("inspect image %s: %w: %w", ref, cerrdefs.ErrUnavailable, err)
 	}
 	st.ID = res.ID
 	if res.Config != nil {

@@ -183,16 +183,6 @@ func selectorsOf(t *testing.T, file string, funcs map[string][]string) []string 
 	return found
 }
 
-// knownImagesToTransports are the images packages that still depend on transports, each
-// with the transports packages it reaches: issue 14, item 3 (one error vocabulary) removes
-// them (images/errors.go and images/kernelimage/image.go wrap transports.ErrUnavailable;
-// they move to errdefs). Delete an entry, and then this allow-list, once images is fixed:
-// TestImagesKnowsNoTransport fails on an entry that no longer holds.
-var knownImagesToTransports = map[string][]string{
-	"github.com/kennel-dev/kennel/images":             {"github.com/kennel-dev/kennel/transports"},
-	"github.com/kennel-dev/kennel/images/kernelimage": {"github.com/kennel-dev/kennel/transports"},
-}
-
 // TestImagesKnowsNoTransport: images (the stub bundle, the interpreter check, the kernel
 // image) is what transports are built on; it depends on no transport, not even the
 // transports seam, so a transport can import it without a cycle of meaning.
@@ -201,7 +191,6 @@ func TestImagesKnowsNoTransport(t *testing.T) {
 		images     = "github.com/kennel-dev/kennel/images"
 		transports = "github.com/kennel-dev/kennel/transports"
 	)
-	seen := map[string]map[string]bool{}
 	checked := 0
 	for _, p := range listPackages(t) {
 		if !inTree(p, images) {
@@ -209,27 +198,12 @@ func TestImagesKnowsNoTransport(t *testing.T) {
 		}
 		checked++
 		for _, d := range p.Deps {
-			if d != transports && !strings.HasPrefix(d, transports+"/") {
-				continue
+			if d == transports || strings.HasPrefix(d, transports+"/") {
+				t.Errorf("%s depends on %s", p.ImportPath, d)
 			}
-			if slices.Contains(knownImagesToTransports[p.ImportPath], d) {
-				if seen[p.ImportPath] == nil {
-					seen[p.ImportPath] = map[string]bool{}
-				}
-				seen[p.ImportPath][d] = true
-				continue
-			}
-			t.Errorf("%s depends on %s", p.ImportPath, d)
 		}
 	}
 	if checked == 0 {
 		t.Fatalf("no package %s found", images)
-	}
-	for p, deps := range knownImagesToTransports {
-		for _, d := range deps {
-			if !seen[p][d] {
-				t.Errorf("%s no longer depends on %s: remove it from knownImagesToTransports", p, d)
-			}
-		}
 	}
 }
