@@ -8,15 +8,20 @@
 // between kinds (whose pids these are, how the stub reaches the sandbox) is said by the
 // Kernel's Info and the Transport's Capabilities.
 //
-// Each kind lives in its own sub-package (transports/local, ...). The conformance suite in
+// Each kind lives in its own sub-package (transports/local, ...) and starts from the same
+// kit: CheckSpec refuses a bad Spec (a *FieldError, errdefs.ErrInvalidArgument) before
+// anything runs; one environment rule (Spec.Env over the transport's defaults, the
+// transport's Reserved entries over everything); a Watch keeps each kernel's end (the
+// staged kill, one reap, one result for every Wait). The conformance suite in
 // transports/transporttest runs one table against every implementation.
 package transports
 
 import (
 	"context"
-	"errors"
 	"io"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Spec says which kernel to start and how. The zero value of each optional field is
@@ -30,13 +35,15 @@ type Spec struct {
 	// by the path map). Required.
 	Dir string
 
-	// Env holds the kernel's own environment entries ("KEY=VALUE"), already mapped. A local
-	// transport adds them to the host's environment; every other transport gives the kernel
-	// exactly these (plus what the transport itself must set).
+	// Env holds the kernel's own environment entries ("KEY=VALUE"), already mapped. They
+	// win over what the transport defaults (the host's environment for a local kernel,
+	// PATH and the like elsewhere); the transport's own entries win over them, and an
+	// entry naming one (Reserved) is refused.
 	Env []string
 
-	// Python is the interpreter inside the sandbox. Empty means "python3" resolved the way
-	// the transport documents (the local transport resolves it once to an absolute path).
+	// Python is the interpreter inside the sandbox, a name or a path (see CheckPython).
+	// Empty means "python3" resolved the way the transport documents (the local transport
+	// resolves it once to an absolute path).
 	Python string
 
 	// Stderr, when non-nil, receives the kernel's stderr. Transports bound nothing here:
@@ -131,5 +138,6 @@ func ResolveGrace(d time.Duration) time.Duration {
 }
 
 // ErrUnavailable reports that a transport cannot start kernels here (no interpreter, no
-// engine, no image). Errors wrap it with the reason and the fix.
-var ErrUnavailable = errors.New("transport unavailable")
+// engine, no image, no host to reach): errdefs.ErrUnavailable, the class every package
+// uses for it. Errors wrap it with the reason and the fix.
+var ErrUnavailable = errdefs.ErrUnavailable

@@ -43,7 +43,11 @@
 //
 // Kill closes the kernel's stdin (the stub shuts down at EOF), waits Options.StdinGrace,
 // stops the container (SIGTERM, then SIGKILL after Options.StopGrace) and the container
-// is removed; Wait returns once it is. A kernel killed by the memory limit reports
+// is removed; Wait returns once it is. An exec-mode kernel is signalled through its
+// container instead: its exec carries a run marker (KENNEL_REMOTE_RUN), and an exec of its
+// own, as the kernel's user, sends TERM, then KILL after Options.StopGrace, to every
+// process of the container that carries it; the controller never signals the pid the
+// engine reports for an exec, a pid of the engine's host, which need not be this one. A kernel killed by the memory limit reports
 // Exit.OOM, which the controller turns into its typed ErrOOM; a cell's child killed by
 // the limit while the kernel lives on does not (Kernel.Wait says how this is told).
 //

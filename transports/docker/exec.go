@@ -1,9 +1,13 @@
 package docker
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	_ "embed"
 	"fmt"
-	"syscall"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -12,13 +16,21 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 )
 
-// startExec runs the stub's bootstrap as an exec in the operator's container.
+//go:embed signal.py
+var signalSource string
+
+// signalProgram signals every process of an exec-mode kernel in its container (see
+// signal.py).
+var signalProgram = images.PythonProgram(signalSource)
+
+// startExec runs the stub's bootstrap as an exec in the operator's container. The exec
+// carries a run marker of its own (KENNEL_REMOTE_RUN), by which Kill finds the kernel's
+// processes inside the container: an exec's pid, as the engine reports it, is a pid of
+// the engine's host, which need not be this one.
 func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transports.Spec) (*Kernel, error) {
-	python := spec.Python
-	if python == "" {
-		python = "python3"
-	}
-	env := kernelEnv(t.defaultEnv(bc.bundle), append(append([]string(nil), spec.Env...), images.EnvOwner+"=stdin"))
+	python := cmp.Or(spec.Python, "python3")
+	run := rand.Text() // the run's marker: 26 random base32 digits
+	env := t.env(bc.bundle, spec, run)
 	created, err := t.cli.ExecCreate(ctx, t.opts.Container, client.ExecCreateOptions{
 		User:         t.opts.User,
 		AttachStdin:  true,
@@ -35,7 +47,7 @@ func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transpor
 	if err != nil {
 		return nil, fmt.Errorf("start exec in container %s: %w", t.opts.Container, classify(err))
 	}
-	k := newKernel(transports.Info{Transport: Name, ID: created.ID}, att.HijackedResponse, spec.Stderr, transports.ResolveGrace(t.opts.StdinGrace))
+	k := newKernel(transports.Info{Transport: Name, ID: created.ID}, att.HijackedResponse, spec.Stderr)
 	// The bundle goes first, before any frame; a kernel that cannot start (no python)
 	// may not read it, so a failed write is left for Wait to explain.
 	if dl, ok := ctx.Deadline(); ok {
@@ -43,40 +55,43 @@ func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transpor
 	}
 	_, _ = k.stdin.Write(bc.payload)
 	_ = att.Conn.SetWriteDeadline(time.Time{})
-	execID := created.ID
-	term := transports.ResolveGrace(t.opts.StopGrace)
-	k.escalate = func(ctx context.Context) {
-		// No engine call ends an exec: signal its process on the engine's host (where the
-		// controller runs beside a local engine); a remote engine's exec ends when its
-		// stdin closes, or with its container.
-		ins, err := t.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
-		if err != nil || !ins.Running || ins.PID <= 0 {
-			k.conn.Close()
-			return
-		}
-		_ = syscall.Kill(ins.PID, syscall.SIGTERM)
-		tm := time.NewTimer(term)
-		defer tm.Stop()
-		select {
-		case <-k.demuxDone:
-			return
-		case <-tm.C:
-		}
-		_ = syscall.Kill(ins.PID, syscall.SIGKILL)
-		tm2 := time.NewTimer(2 * time.Second)
-		defer tm2.Stop()
-		select {
-		case <-k.demuxDone:
-		case <-tm2.C:
-			k.conn.Close()
-		}
+	// The signal program runs with the kernel's PATH alone (not its marker).
+	path := slices.DeleteFunc(env, func(kv string) bool { return !strings.HasPrefix(kv, "PATH=") })
+	signal := func(sig string) func() {
+		return func() { t.signalRun(python, path, run, sig) }
 	}
-	go t.reapExec(k, execID)
+	k.watchWith(transports.ResolveGrace(t.opts.StdinGrace), transports.WatchSpec{
+		Steps: []transports.Step{
+			{Act: signal("TERM"), Grace: transports.ResolveGrace(t.opts.StopGrace)},
+			{Act: signal("KILL"), Grace: 2 * time.Second},
+			// The exec's end shows as its stream's: end the stream, and a Stdout nobody
+			// reads, which holds it.
+			{Act: func() { k.conn.Close(); k.cut() }},
+		},
+		Reap: func(seen func() bool) (transports.Exit, error) { return t.reapExec(k, created.ID) },
+	})
 	return k, nil
 }
 
+// signalRun signals every process marked with run in the container (signal.py), by an
+// exec of the kernel's interpreter as the kernel's user. It returns once the exec has
+// started.
+func (t *Transport) signalRun(python string, env []string, run, sig string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	created, err := t.cli.ExecCreate(ctx, t.opts.Container, client.ExecCreateOptions{
+		User: t.opts.User,
+		Env:  env,
+		Cmd:  []string{python, "-I", "-S", "-c", signalProgram, run, sig},
+	})
+	if err != nil {
+		return
+	}
+	_, _ = t.cli.ExecStart(ctx, created.ID, client.ExecStartOptions{Detach: true})
+}
+
 // reapExec waits for the exec's stream to end and the engine to report its exit code.
-func (t *Transport) reapExec(k *Kernel, execID string) {
+func (t *Transport) reapExec(k *Kernel, execID string) (transports.Exit, error) {
 	<-k.demuxDone
 	k.conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -84,17 +99,14 @@ func (t *Transport) reapExec(k *Kernel, execID string) {
 	for {
 		ins, err := t.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
 		if err != nil {
-			k.finish(transports.Exit{Code: -1}, fmt.Errorf("inspect exec %.12s: %w", execID, err))
-			return
+			return transports.Exit{Code: -1}, fmt.Errorf("inspect exec %.12s: %w", execID, err)
 		}
 		if !ins.Running {
-			k.finish(transports.Exit{Code: ins.ExitCode}, nil)
-			return
+			return transports.Exit{Code: ins.ExitCode}, nil
 		}
 		select {
 		case <-ctx.Done():
-			k.finish(transports.Exit{Code: -1}, fmt.Errorf("exec %.12s still runs after its streams ended", execID))
-			return
+			return transports.Exit{Code: -1}, fmt.Errorf("exec %.12s still runs after its streams ended", execID)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -41,38 +41,6 @@ func TestDefaultUserProperty(t *testing.T) {
 	})
 }
 
-// kernelEnv keeps one entry per key, the last one given, in first-seen order.
-func TestKernelEnvProperty(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		key := rapid.SampledFrom([]string{"A", "B", "PATH", "HOME", "KENNEL_KERNEL_OWNER"})
-		gen := rapid.Custom(func(t *rapid.T) string {
-			return key.Draw(t, "k") + "=" + rapid.StringMatching(`[a-z=]{0,4}`).Draw(t, "v")
-		})
-		defaults := rapid.SliceOf(gen).Draw(t, "defaults")
-		extra := rapid.SliceOf(gen).Draw(t, "extra")
-		got := kernelEnv(defaults, extra)
-		last := map[string]string{}
-		for _, kv := range append(append([]string(nil), defaults...), extra...) {
-			k, _, _ := strings.Cut(kv, "=")
-			last[k] = kv
-		}
-		seen := map[string]bool{}
-		for _, kv := range got {
-			k, _, _ := strings.Cut(kv, "=")
-			if seen[k] {
-				t.Fatalf("key %s twice in %q", k, got)
-			}
-			seen[k] = true
-			if last[k] != kv {
-				t.Fatalf("key %s: %q, want the last %q", k, kv, last[k])
-			}
-		}
-		if len(seen) != len(last) {
-			t.Fatalf("keys %v, want %v", seen, last)
-		}
-	})
-}
-
 // Labels written for a controller read back as the same controller; a label set that
 // was tampered with is not a whole identity.
 func TestControllerLabelsRoundTrip(t *testing.T) {

@@ -22,31 +22,22 @@ type Kernel struct {
 	info   transports.Info
 	conn   client.HijackedResponse
 	stdin  *stdinConn
-	stdout *io.PipeReader
+	stdout *stdout
+	watch  *transports.Watch // set by the mode's start
 
 	demuxDone chan struct{} // closed when the attached stream has been read to its end
-	done      chan struct{} // closed when exit and err are set
-	exit      transports.Exit
-	err       error
 
-	killed atomic.Bool
-	ladder *transports.Ladder
-	// escalate is the mode's stage after the stdin grace: stop the container, or signal
-	// the exec's process. It returns when that stage has run (not when the end is seen).
-	escalate func(ctx context.Context)
-
-	// endMu orders the container's end as reap sees it against the stop stage: ended is
-	// set when the engine reported the container stopped, stopped when the stop stage
-	// was issued while it still ran (run mode; its SIGKILL then looks like an OOM kill).
-	endMu          sync.Mutex
-	ended, stopped bool
+	// stopped is set when the stop stage was issued before the container's end was seen
+	// (run mode; its SIGKILL then looks like an OOM kill). A Live rung sets it, so it is
+	// final once the reap has seen the end.
+	stopped bool
 }
 
 var _ transports.Kernel = (*Kernel)(nil)
 
 // newKernel wires the attached stream: stdin writes go to conn, the multiplexed output is
 // split into the stdout pipe and stderr (nil: discarded).
-func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Writer, stdinGrace time.Duration) *Kernel {
+func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Writer) *Kernel {
 	if stderr == nil {
 		stderr = io.Discard
 	}
@@ -55,18 +46,9 @@ func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Wri
 		info:      info,
 		conn:      conn,
 		stdin:     &stdinConn{conn: conn},
-		stdout:    pr,
+		stdout:    &stdout{pr: pr},
 		demuxDone: make(chan struct{}),
-		done:      make(chan struct{}),
 	}
-	k.ladder = &transports.Ladder{Ended: k.done, Steps: []transports.Step{
-		{Act: func() { _ = k.stdin.Close() }, Grace: stdinGrace},
-		{Act: func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			k.escalate(ctx)
-		}},
-	}}
 	go func() {
 		defer close(k.demuxDone)
 		_, err := stdcopy.StdCopy(pw, stderr, conn.Reader)
@@ -78,11 +60,22 @@ func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Wri
 	return k
 }
 
+// watch starts watching the kernel: what names it in Kill's errors; the first of Kill's
+// stages closes stdin and waits stdinGrace, the mode's stages follow.
+func (k *Kernel) watchWith(stdinGrace time.Duration, s transports.WatchSpec) {
+	s.What = fmt.Sprintf("docker kernel %.12s", k.info.ID)
+	s.Steps = append([]transports.Step{{Act: func() { _ = k.stdin.Close() }, Grace: stdinGrace}}, s.Steps...)
+	k.watch = transports.NewWatch(s)
+}
+
 // Stdin is the kernel's standard input (the attached stream). Close ends it (the stub
 // then shuts down); the container's stdin closes with it.
 func (k *Kernel) Stdin() io.WriteCloser { return k.stdin }
 
-// Stdout is the kernel's standard output, demultiplexed from the attached stream.
+// Stdout is the kernel's standard output, demultiplexed from the attached stream. What
+// the kernel still wrote when it has ended, or when Kill's last stage has come, and
+// nobody read within 2 s is dropped, and Stdout ends with EOF: an unread Stdout never
+// keeps Kill or Wait from returning.
 func (k *Kernel) Stdout() io.Reader { return k.stdout }
 
 // Info says Transport "docker", no host pids, and ID the container id (run mode) or the
@@ -97,66 +90,64 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // began. A cell's child or job killed by the limit while the kernel lives on does not
 // make its later end an OOM, nor does the stop stage's SIGKILL. Exit.Killed reports
 // that Kill ran before the end. Later calls return the same.
-func (k *Kernel) Wait() (transports.Exit, error) {
-	<-k.done
-	return k.exit, k.err
-}
+func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 
 // Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
-// exit; then stop the container (SIGTERM, and SIGKILL after Options.StopGrace) or, in
-// exec mode, signal the exec's process TERM then KILL; then the container is removed.
+// exit; then stop the container (SIGTERM, and SIGKILL after Options.StopGrace) and remove
+// it, or, in exec mode, signal every process of the kernel TERM, then KILL after
+// Options.StopGrace, through the container (an exec of its own: the controller never
+// signals a pid of its host for an engine's process); last, 2 s on, drop the attach
+// connection (and a Stdout nobody reads, which would hold the engine).
 // It returns once the end is confirmed (Wait's result is set). The stages run once,
 // whoever calls Kill and however often; if ctx ends first, Kill returns ctx's cause and
 // the stages go on.
-func (k *Kernel) Kill(ctx context.Context) error {
-	select {
-	case <-k.done:
-		return nil
-	default:
-	}
-	k.killed.Store(true)
-	return k.ladder.Kill(ctx, fmt.Sprintf("docker kernel %.12s", k.info.ID))
-}
-
-// stopping reports whether the stop stage may go on: false once the container's end was
-// seen (nothing to stop). Otherwise it records that the stop was issued.
-func (k *Kernel) stopping() bool {
-	k.endMu.Lock()
-	defer k.endMu.Unlock()
-	if k.ended {
-		return false
-	}
-	k.stopped = true
-	return true
-}
-
-// exited records that the container's end was seen and reports whether the stop stage
-// had been issued before it.
-func (k *Kernel) exited() (stopped bool) {
-	k.endMu.Lock()
-	defer k.endMu.Unlock()
-	k.ended = true
-	return k.stopped
-}
-
-// finish records the end; exit.Killed is set when Kill ran before it.
-func (k *Kernel) finish(exit transports.Exit, err error) {
-	exit.Killed = k.killed.Load()
-	k.exit, k.err = exit, err
-	close(k.done)
-}
+func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 
 // drain waits up to d for the attached stream to be read to its end, then closes the
-// connection (which ends it) and waits for the reader.
+// connection (which ends it) and waits up to d more for the demultiplexer; one still
+// blocked then writes to a Stdout nobody reads, which is cut.
 func (k *Kernel) drain(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	for range 2 {
+		t := time.NewTimer(d)
+		select {
+		case <-k.demuxDone:
+		case <-t.C:
+		}
+		t.Stop()
+		k.conn.Close()
+	}
+	k.cut()
+}
+
+// cut ends Stdout unless the attached stream was read to its end, and waits for the
+// demultiplexer.
+func (k *Kernel) cut() {
 	select {
 	case <-k.demuxDone:
-	case <-t.C:
+	default:
+		k.stdout.isCut.Store(true)
+		k.stdout.pr.CloseWithError(errStdoutCut)
 	}
-	k.conn.Close()
 	<-k.demuxDone
+}
+
+var errStdoutCut = errors.New("kernel stdout cut: nobody read it")
+
+// stdout is the kernel's stdout, demultiplexed from the attached stream through a pipe:
+// a frame is not taken from the stream before the caller reads it. Once cut (the kernel
+// has ended and nobody read what it still wrote), the write in flight fails and reads end
+// with EOF.
+type stdout struct {
+	pr    *io.PipeReader
+	isCut atomic.Bool
+}
+
+func (s *stdout) Read(p []byte) (int, error) {
+	n, err := s.pr.Read(p)
+	if err != nil && s.isCut.Load() {
+		return n, io.EOF
+	}
+	return n, err
 }
 
 // stdinConn is the write side of the attached stream; Close half-closes it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
 
@@ -30,10 +31,7 @@ func TestMain(m *testing.M) {
 // need fails the test under CI=true and skips it otherwise, naming what is missing.
 func need(t testing.TB, what string, err error) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s needed under CI=true: %v", what, err)
-	}
-	t.Skipf("%s missing: %v", what, err)
+	testneed.Missing(t, what, err)
 }
 
 // engine returns a client of the machine's Docker Engine whose kernel image is current.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // Defaults of the lock-down, each loosened by a field of Options.
@@ -177,16 +178,17 @@ func limit(v, def int64) int64 {
 
 // check refuses options that cannot work, before anything runs.
 func (o Options) check() error {
-	for _, m := range o.Mounts {
+	for i, m := range o.Mounts {
+		field := fmt.Sprintf("Options.Mounts[%d]", i)
 		if !filepath.IsAbs(m.Sandbox) || !filepath.IsAbs(m.Host) {
-			return fmt.Errorf("mount %q at %q: paths must be absolute: %w", m.Host, m.Sandbox, ErrInvalidOptions)
+			return &transports.FieldError{Field: field, Reason: fmt.Sprintf("%q at %q: paths must be absolute", m.Host, m.Sandbox)}
 		}
 		if strings.ContainsAny(m.Host+m.Sandbox, ",\x00") {
-			return fmt.Errorf("mount %q at %q: a comma or NUL in a path: %w", m.Host, m.Sandbox, ErrInvalidOptions)
+			return &transports.FieldError{Field: field, Reason: fmt.Sprintf("%q at %q: a comma or NUL in a path", m.Host, m.Sandbox)}
 		}
 	}
 	if o.Network != "" && (strings.HasPrefix(o.Network, "container:") || o.Network == "host") {
-		return fmt.Errorf("network %q shares another namespace; name a network or bridge: %w", o.Network, ErrInvalidOptions)
+		return &transports.FieldError{Field: "Options.Network", Reason: fmt.Sprintf("%q shares another namespace; name a network or bridge", o.Network)}
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	cfg := &container.Config{
 		Image:        image,
 		User:         o.UserFor(spec.Dir),
-		Env:          kernelEnv(t.defaultEnv(b), append(append([]string(nil), spec.Env...), images.EnvOwner+"=stdin")),
+		Env:          t.env(b, spec, ""),
 		WorkingDir:   spec.Dir,
 		AttachStdin:  true,
 		AttachStdout: true,
@@ -113,24 +113,43 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 		att.Close()
 		return nil, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
 	}
-	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr, transports.ResolveGrace(t.opts.StdinGrace))
+	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr)
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
 		stop = 0
 	}
-	k.escalate = func(ctx context.Context) {
-		if !k.stopping() {
-			return // it has ended: reap removes it
-		}
-		_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
-	}
-	go t.reap(k, id)
+	k.watchWith(transports.ResolveGrace(t.opts.StdinGrace), transports.WatchSpec{
+		Steps: []transports.Step{
+			{Act: func() { k.stopped = true }, Live: true},
+			// The stop runs on: its SIGKILL comes stop seconds after its SIGTERM.
+			{Act: func() {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
+				}()
+			}, Grace: time.Duration(stop+2) * time.Second},
+			// Still not seen to end: an engine holds the container's end back while it
+			// cannot write the output nobody reads. Drop the stream, and that Stdout.
+			{Act: func() { k.conn.Close(); k.cut() }},
+		},
+		Reap: func(seen func() bool) (transports.Exit, error) { return t.reap(k, id, seen) },
+		Release: func(_ transports.Exit, err error) error {
+			// Let the output drain, then remove the container; then Wait returns.
+			k.drain(2 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if rerr := remove(ctx, t.cli, id); rerr != nil && err == nil {
+				err = rerr
+			}
+			return err
+		},
+	})
 	return k, nil
 }
 
-// reap waits for the container to stop, reads how it ended, lets the output drain and
-// removes the container; then the kernel's Wait returns.
-func (t *Transport) reap(k *Kernel, id string) {
+// reap waits for the container to stop and reads how it ended.
+func (t *Transport) reap(k *Kernel, id string, seen func() bool) (transports.Exit, error) {
 	ctx := context.Background()
 	var exit transports.Exit
 	var werr error
@@ -144,8 +163,10 @@ func (t *Transport) reap(k *Kernel, id string) {
 	case err := <-w.Error:
 		werr = fmt.Errorf("wait container %.12s: %w", id, err)
 	}
-	stopped := k.exited()
+	seen()
+	stopped := k.stopped
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	if ins, err := t.cli.ContainerInspect(ictx, id, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
 		exit.Code = ins.Container.State.ExitCode
 		exit.OOM = kernelOOM(ins.Container.State.OOMKilled, exit.Code, stopped)
@@ -157,14 +178,7 @@ func (t *Transport) reap(k *Kernel, id string) {
 	} else if err != nil && werr == nil && !cerrdefs.IsNotFound(err) {
 		werr = fmt.Errorf("inspect container %.12s: %w", id, err)
 	}
-	cancel()
-	k.drain(2 * time.Second)
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if err := remove(rctx, t.cli, id); err != nil && werr == nil {
-		werr = err
-	}
-	cancel()
-	k.finish(exit, werr)
+	return exit, werr
 }
 
 // sigkillCode is the exit code the container reports when its kernel (or, with

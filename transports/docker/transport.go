@@ -2,10 +2,7 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -13,13 +10,11 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Name is the Docker transport's name, as in Info.Transport.
 const Name = "docker"
-
-// ErrInvalidOptions reports Options or a Spec refused before anything runs.
-var ErrInvalidOptions = errors.New("invalid docker transport options")
 
 // Transport starts kernels in Docker containers (run mode) or as execs in an existing
 // container (exec mode). It is safe for concurrent use.
@@ -36,10 +31,10 @@ type bundleCache struct {
 
 // New returns a Transport over cli, a client of the engine (client.New(client.FromEnv)
 // for the machine's). It starts nothing and does not contact the engine; Options are
-// checked here.
+// checked here: a refusal is a *transports.FieldError (errdefs.ErrInvalidArgument).
 func New(cli client.APIClient, opts Options) (*Transport, error) {
 	if cli == nil {
-		return nil, fmt.Errorf("no engine client: %w", ErrInvalidOptions)
+		return nil, fmt.Errorf("new docker transport: %w", &transports.FieldError{Field: "cli", Reason: "no engine client"})
 	}
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -95,18 +90,21 @@ func (t *Transport) Image() (string, error) {
 // error matching transports.ErrUnavailable that names `kennel image build`), creates the
 // container locked down as Options documents, labelled with LabelKennel, LabelSession and
 // the controller's labels, attaches its stdin, stdout and stderr, and starts it. The
-// kernel's environment is exactly: PATH, HOME=/tmp, the stub's entries, KENNEL_KERNEL_OWNER
-// =stdin, KENNEL_KERNEL_EOF_GRACE when set, then Spec.Env (a later key wins). Spec.Python,
-// when set, replaces the image's interpreter (the stub is the image's).
+// kernel's environment is exactly: PATH, HOME=/tmp and LANG=C.UTF-8, the stub's defaults,
+// Spec.Env, then the transport's own entries (the bundle hash, KENNEL_KERNEL_OWNER=stdin,
+// KENNEL_KERNEL_EOF_GRACE when set; in exec mode KENNEL_REMOTE_RUN, the run's marker), a
+// later key winning and the transport's never given in Spec.Env (kernelstart.Env).
+// Spec.Python, when set, replaces the image's interpreter (the stub is the image's).
 //
 // Exec mode creates an exec of the stub's bootstrap in Options.Container with the same
 // environment and Spec.Dir as its working directory, and sends the bundle over stdin
-// before the first frame.
+// before the first frame. A Spec refused before anything ran is a
+// *transports.FieldError (errdefs.ErrInvalidArgument).
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("start docker kernel %q: %w", spec.SessionID, err)
 	}
-	if err := checkSpec(spec); err != nil {
+	if err := transports.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("start docker kernel %q: %w", spec.SessionID, err)
 	}
 	bc, err := t.bundle()
@@ -125,48 +123,14 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	return k, nil
 }
 
-func checkSpec(spec transports.Spec) error {
-	if spec.SessionID == "" {
-		return fmt.Errorf("no session id: %w", ErrInvalidOptions)
+// env is the kernel's whole environment; run is the exec-mode run's marker ("" in run
+// mode).
+func (t *Transport) env(b *images.Bundle, spec transports.Spec, run string) []string {
+	e := kernelstart.Env{
+		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
+		Stub:     images.KernelEnv(b),
+		EOFGrace: t.opts.EOFGrace,
+		Run:      run,
 	}
-	if !strings.HasPrefix(spec.Dir, "/") || strings.IndexByte(spec.Dir, 0) >= 0 {
-		return fmt.Errorf("dir %q is not an absolute sandbox path: %w", spec.Dir, ErrInvalidOptions)
-	}
-	if p := spec.Python; p != "" && (strings.IndexByte(p, 0) >= 0 || strings.HasPrefix(p, "-")) {
-		return fmt.Errorf("python %q: %w", p, ErrInvalidOptions)
-	}
-	for _, kv := range spec.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
-			return fmt.Errorf("env entry %q is not KEY=VALUE: %w", kv, ErrInvalidOptions)
-		}
-	}
-	return nil
-}
-
-// kernelEnv is the kernel's whole environment: defaults, then extra, a later key
-// replacing an earlier one in place.
-func kernelEnv(defaults, extra []string) []string {
-	idx := map[string]int{}
-	var out []string
-	for _, kv := range append(append([]string(nil), defaults...), extra...) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := idx[k]; ok {
-			out[i] = kv
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, kv)
-	}
-	return out
-}
-
-// defaultEnv is what every kernel gets before Spec.Env.
-func (t *Transport) defaultEnv(b *images.Bundle) []string {
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/tmp", "LANG=C.UTF-8"}
-	env = append(env, images.KernelEnv(b)...)
-	env = append(env, images.EnvOwner+"=stdin")
-	if g := t.opts.EOFGrace; g > 0 {
-		env = append(env, images.EnvEOFGrace+"="+strconv.FormatFloat(g.Seconds(), 'f', -1, 64))
-	}
-	return env
+	return e.Build(spec.Env)
 }

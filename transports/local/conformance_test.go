@@ -1,12 +1,12 @@
 package local_test
 
 import (
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -26,19 +26,9 @@ func needPython(t testing.TB) string {
 	t.Helper()
 	p, err := python()
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3 is required: %v", err)
-		}
-		t.Skipf("python3 not found: %v", err)
+		testneed.Missing(t, "python3", err)
 	}
-	for _, tool := range []string{"sleep", "sh"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is required: %v", tool, err)
-			}
-			t.Skipf("%s not found: %v", tool, err)
-		}
-	}
+	testneed.Tools(t, "sleep", "sh")
 	return p
 }
 

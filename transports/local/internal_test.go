@@ -3,50 +3,10 @@ package local
 import (
 	"context"
 	"errors"
-	"io"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"pgregory.net/rapid"
-
-	"github.com/kennel-dev/kennel/transports/transporttest"
 )
-
-func TestKernelEnvOrder(t *testing.T) {
-	key := rapid.SampledFrom([]string{"A", "B", "PATH", "KENNEL_KERNEL_OWNER_PID", "KENNEL_KERNEL_OWNER",
-		"KENNEL_KERNEL_BUNDLE", "KENNEL_KERNEL_EOF_GRACE", "MALLOC_MMAP_THRESHOLD_"})
-	entry := rapid.Custom(func(t *rapid.T) string {
-		return key.Draw(t, "key") + "=" + rapid.StringMatching(`[a-z0-9=]{0,6}`).Draw(t, "value")
-	})
-	rapid.Check(t, func(t *rapid.T) {
-		host := rapid.SliceOf(entry).Draw(t, "host")
-		stub := rapid.SliceOf(entry).Draw(t, "stub")
-		spec := rapid.SliceOf(entry).Draw(t, "spec")
-		owner := rapid.IntRange(1, 1<<22).Draw(t, "owner")
-		// One entry per key, and the same as layering: host without KENNEL_KERNEL_*,
-		// owner, stub, spec.
-		want := map[string]string{}
-		for _, kv := range host {
-			if !strings.HasPrefix(kv, "KENNEL_KERNEL_") {
-				k, v, _ := strings.Cut(kv, "=")
-				want[k] = v
-			}
-		}
-		want["KENNEL_KERNEL_OWNER_PID"] = strconv.Itoa(owner)
-		for _, layer := range [][]string{stub, spec} {
-			for k, v := range transporttest.EnvMap(layer) {
-				want[k] = v
-			}
-		}
-		if err := transporttest.CheckEnv(kernelEnv(host, owner, stub, spec), want); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
 
 func TestCacheComputesOncePerKey(t *testing.T) {
 	var c cache[int]
@@ -118,24 +78,4 @@ func TestCacheWaiterHonoursItsContext(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	close(release)
-}
-
-func TestEOFCloserReleasesTheFileAndStaysAtEOF(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec := &eofCloser{f: r}
-	_, _ = w.WriteString("abc")
-	w.Close()
-	b, err := io.ReadAll(ec)
-	if err != nil || string(b) != "abc" {
-		t.Fatalf("read %q, %v", b, err)
-	}
-	if n, err := ec.Read(make([]byte, 4)); n != 0 || err != io.EOF {
-		t.Fatalf("after EOF: %d, %v", n, err)
-	}
-	if _, err := r.Stat(); !errors.Is(err, os.ErrClosed) {
-		t.Fatalf("file not closed at EOF: %v", err)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kennel-dev/kennel/internal/procfs"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -132,16 +134,17 @@ func sleeperProcs(t *testing.T, c *transporttest.Client) []proc {
 	return ps
 }
 
-// The kernel ends with its owner pid, here another process named through Spec.Env,
-// which wins over the controller's pid; the reaper then ends the kernel's sleepers.
+// The kernel ends with its owner pid, here another process named by Options.OwnerPID;
+// the reaper then ends the kernel's sleepers.
 func TestOwnerDeathEndsTheKernel(t *testing.T) {
-	tr := newTransport(t)
 	owner := exec.Command("sleep", "1000")
 	if err := owner.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = owner.Process.Kill(); _ = owner.Wait() }()
-	k, c := transporttest.Start(t, tr, transports.Spec{Env: []string{"KENNEL_KERNEL_OWNER_PID=" + strconv.Itoa(owner.Process.Pid)}})
+	tr := local.New(local.Options{CacheDir: t.TempDir(), Python: needPython(t), OwnerPID: owner.Process.Pid,
+		StdinGrace: 500 * time.Millisecond, TermGrace: 500 * time.Millisecond})
+	k, c := transporttest.Start(t, tr, transports.Spec{})
 	ps := append(sleeperProcs(t, c), identify(t, k.Info().PID))
 	if out, err := c.Run("import os\nprint(os.environ['KENNEL_KERNEL_OWNER_PID'])"); err != nil || strings.TrimSpace(out) != strconv.Itoa(owner.Process.Pid) {
 		t.Fatalf("owner pid in the kernel: %q, %v", out, err)
@@ -252,14 +255,16 @@ func TestStartRefusesBadSpecs(t *testing.T) {
 		spec transports.Spec
 		want error
 	}{
-		{"no session", transports.Spec{Dir: dir}, local.ErrInvalidSpec},
-		{"no dir", transports.Spec{SessionID: "s"}, local.ErrInvalidSpec},
-		{"relative dir", transports.Spec{SessionID: "s", Dir: "rel"}, local.ErrInvalidSpec},
+		{"no session", transports.Spec{Dir: dir}, errdefs.ErrInvalidArgument},
+		{"no dir", transports.Spec{SessionID: "s"}, errdefs.ErrInvalidArgument},
+		{"relative dir", transports.Spec{SessionID: "s", Dir: "rel"}, errdefs.ErrInvalidArgument},
 		{"missing dir", transports.Spec{SessionID: "s", Dir: dir + "/missing"}, os.ErrNotExist},
-		{"dir is a file", transports.Spec{SessionID: "s", Dir: file}, local.ErrInvalidSpec},
-		{"env without =", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"NOEQUALS"}}, local.ErrInvalidSpec},
-		{"env empty key", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"=x"}}, local.ErrInvalidSpec},
-		{"env NUL", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=b\x00c"}}, local.ErrInvalidSpec},
+		{"dir is a file", transports.Spec{SessionID: "s", Dir: file}, errdefs.ErrInvalidArgument},
+		{"env without =", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"NOEQUALS"}}, errdefs.ErrInvalidArgument},
+		{"env empty key", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"=x"}}, errdefs.ErrInvalidArgument},
+		{"env NUL", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=b\x00c"}}, errdefs.ErrInvalidArgument},
+		{"env owner pid", transports.Spec{SessionID: "s", Dir: dir, Env: []string{"KENNEL_KERNEL_OWNER_PID=1"}}, errdefs.ErrInvalidArgument},
+		{"python an option", transports.Spec{SessionID: "s", Dir: dir, Python: "-c"}, errdefs.ErrInvalidArgument},
 		{"missing python", transports.Spec{SessionID: "s", Dir: dir, Python: "/nonexistent/python3"}, transports.ErrUnavailable},
 		{"python not on PATH", transports.Spec{SessionID: "s", Dir: dir, Python: "kennel-no-such-python"}, transports.ErrUnavailable},
 	} {

@@ -1,25 +1,30 @@
 package local
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Name is the local transport's name, as in Info.Transport.
 const Name = "local"
 
-// ErrInvalidSpec reports a Spec the transport refuses before starting anything.
-var ErrInvalidSpec = errors.New("invalid kernel spec")
+// ErrInvalidSpec is the class of a Spec the transport refuses before starting anything:
+// errdefs.ErrInvalidArgument, which every transport's refusals match.
+//
+// Deprecated: check errdefs.IsInvalidArgument (the refusal is a *transports.FieldError).
+var ErrInvalidSpec = errdefs.ErrInvalidArgument
 
 // Options configures a Transport. The zero value of every field is documented and usable.
 type Options struct {
@@ -41,6 +46,9 @@ type Options struct {
 	// Reaper is the executable run in reaper mode; it must call reaper.Main first in
 	// main. Empty means the running binary (/proc/self/exe).
 	Reaper string
+	// OwnerPID is the pid the kernel watches and ends with (KENNEL_KERNEL_OWNER_PID):
+	// zero or less means the controller's own.
+	OwnerPID int
 }
 
 // Transport starts local kernels. It is safe for concurrent use; it caches the resolved
@@ -73,25 +81,21 @@ func (t *Transport) Capabilities() transports.Capabilities {
 // Start launches a kernel and returns once its process runs (not once it said hello:
 // the hello is the first frame on Stdout). ctx bounds only the start.
 //
-// The kernel's environment is the host's (minus the host's own KENNEL_KERNEL_* entries),
-// then KENNEL_KERNEL_OWNER_PID set to the controller's pid, then the stub's entries
-// (images.KernelEnv), then Spec.Env: a later entry wins, so Spec.Env may override the
-// owner pid (a kernel that should end with another process) or any other entry.
+// The kernel's environment is the host's (minus the host's own KENNEL_KERNEL_* entries,
+// which describe the host's kernel if it runs in one), then the stub's defaults, then
+// Spec.Env, then the transport's own entries: the bundle hash and
+// KENNEL_KERNEL_OWNER_PID (Options.OwnerPID, else the controller's pid). A later entry
+// wins; the transport's cannot be given in Spec.Env (kernelstart.Env).
 //
 // Spec.Dir must be an existing absolute directory. On error nothing is left running;
-// errors.Is(err, transports.ErrUnavailable) when no usable interpreter was found, and
-// ErrInvalidSpec for a Spec refused before anything started.
+// errors.Is(err, transports.ErrUnavailable) when no usable interpreter was found, and a
+// *transports.FieldError (errdefs.ErrInvalidArgument) for a Spec refused before anything
+// started.
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := checkSpec(spec); err != nil {
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
 	}
-	name := spec.Python
-	if name == "" {
-		name = t.opts.Python
-	}
-	if name == "" {
-		name = "python3"
-	}
+	name := cmp.Or(spec.Python, t.opts.Python, "python3")
 	python, err := t.pythons.get(ctx, name, func(ctx context.Context) (string, error) {
 		return images.ResolvePython(ctx, name)
 	})
@@ -113,10 +117,12 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		inW.Close()
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
 	}
+	host := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KENNEL_KERNEL_") })
+	env := kernelstart.Env{Base: host, Stub: images.KernelEnv(b.bundle), OwnerPID: cmp.Or(max(t.opts.OwnerPID, 0), os.Getpid())}
 	proc, err := reaper.Start(ctx, reaper.Spec{
 		Path:   t.opts.Reaper,
 		Argv:   images.KernelArgv(python, b.dir),
-		Env:    kernelEnv(os.Environ(), os.Getpid(), images.KernelEnv(b.bundle), spec.Env),
+		Env:    env.Build(spec.Env),
 		Dir:    spec.Dir,
 		Stdin:  inR,
 		Stdout: outW,
@@ -152,54 +158,16 @@ func (t *Transport) unpack(context.Context) (bundleDir, error) {
 	return bundleDir{bundle: b, dir: dir}, nil
 }
 
-// checkSpec refuses a Spec the kernel could not start from, before anything runs.
+// checkSpec refuses a Spec the kernel could not start from, before anything runs: the
+// transports' rules, and a Dir that is an existing directory here.
 func checkSpec(spec transports.Spec) error {
-	if spec.SessionID == "" {
-		return fmt.Errorf("no session id: %w", ErrInvalidSpec)
-	}
-	if spec.Dir == "" || !filepath.IsAbs(spec.Dir) {
-		return fmt.Errorf("dir %q is not an absolute path: %w", spec.Dir, ErrInvalidSpec)
+	if err := transports.CheckSpec(spec); err != nil {
+		return err
 	}
 	if fi, err := os.Stat(spec.Dir); err != nil {
-		return fmt.Errorf("dir %q: %w: %w", spec.Dir, ErrInvalidSpec, err)
+		return fmt.Errorf("%w: %w", &transports.FieldError{Field: "Spec.Dir", Reason: "not a directory here"}, err)
 	} else if !fi.IsDir() {
-		return fmt.Errorf("dir %q is not a directory: %w", spec.Dir, ErrInvalidSpec)
-	}
-	for _, kv := range spec.Env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsRune(kv, 0) {
-			return fmt.Errorf("env entry %q is not KEY=VALUE: %w", kv, ErrInvalidSpec)
-		}
+		return &transports.FieldError{Field: "Spec.Dir", Reason: fmt.Sprintf("%q is not a directory", spec.Dir)}
 	}
 	return nil
-}
-
-// kernelEnv builds the kernel's environment: host (without its KENNEL_KERNEL_* entries,
-// which describe the host's own kernel if it runs in one), the owner pid, the stub's
-// entries, then spec's. A later entry of the same key replaces an earlier one in place.
-func kernelEnv(host []string, owner int, stub, spec []string) []string {
-	out := make([]string, 0, len(host)+len(stub)+len(spec)+1)
-	index := make(map[string]int, cap(out))
-	add := func(kv string) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := index[k]; ok {
-			out[i] = kv
-			return
-		}
-		index[k] = len(out)
-		out = append(out, kv)
-	}
-	for _, kv := range host {
-		if !strings.HasPrefix(kv, "KENNEL_KERNEL_") {
-			add(kv)
-		}
-	}
-	add(images.EnvOwnerPID + "=" + strconv.Itoa(owner))
-	for _, kv := range stub {
-		add(kv)
-	}
-	for _, kv := range spec {
-		add(kv)
-	}
-	return out
 }

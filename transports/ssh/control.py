@@ -75,7 +75,7 @@ def _control():
             return None
 
     def recorded():
-        # The kernel's pid and start time as launch.py recorded them (start b"-": none).
+        # The kernel's pid and start time as the start program recorded them (start b"-": none).
         try:
             with open(os.path.join(run, b"pid"), "rb") as f:
                 parts = f.read().split()

@@ -36,8 +36,6 @@ var (
 	// within Hosts.KeepAliveTimeout (the peer is silent: stopped, or the path to it is
 	// gone). Errors with it match ErrConnectionLost too.
 	ErrKeepalive = errors.New("keepalive: no answer")
-	// ErrInvalidOptions: HostsOptions that NewHosts cannot use; nothing was set up.
-	ErrInvalidOptions = errors.New("invalid ssh options")
 	// ErrRemote: a remote command kennel runs failed on the host (its exit status and
 	// what it said on stderr are in the message).
 	ErrRemote = errors.New("remote command failed")

@@ -10,6 +10,8 @@ import (
 
 	xssh "golang.org/x/crypto/ssh"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // HostsOptions configures a Hosts. Every zero value is documented and usable.
@@ -33,7 +35,7 @@ type HostsOptions struct {
 	// (KeepAliveTimeout), 15 s by default. Zero means 5 s; negative sends none.
 	KeepAlive time.Duration
 	// KeepAliveCount is how many keepalive intervals a connection may go unanswered.
-	// Zero means 3; negative is refused (ErrInvalidOptions).
+	// Zero means 3; negative is refused (a *transports.FieldError).
 	KeepAliveCount int
 	// Python is the interpreter probed and used on hosts when a Spec names none: a name
 	// looked up on the remote login shell's PATH, or a remote path. Empty means "python3".
@@ -72,10 +74,10 @@ const (
 const keepaliveRequest = "keepalive@openssh.com"
 
 // NewHosts reads the ssh config and returns a Hosts that has connected nowhere yet.
-// Options it cannot use are refused with ErrInvalidOptions.
+// Options it cannot use are refused with a *transports.FieldError (errdefs.ErrInvalidArgument).
 func NewHosts(opts HostsOptions) (*Hosts, error) {
 	if opts.KeepAliveCount < 0 {
-		return nil, fmt.Errorf("new hosts: keepalive count %d is negative: %w", opts.KeepAliveCount, ErrInvalidOptions)
+		return nil, fmt.Errorf("new hosts: %w", &transports.FieldError{Field: "HostsOptions.KeepAliveCount", Reason: fmt.Sprintf("%d is negative", opts.KeepAliveCount)})
 	}
 	res, err := newResolver(opts.ConfigFile)
 	if err != nil {

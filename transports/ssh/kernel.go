@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
 	"time"
 
 	xssh "golang.org/x/crypto/ssh"
@@ -51,14 +50,10 @@ type Kernel struct {
 	stdin  io.WriteCloser
 	stdout *kernelStdout
 	info   transports.Info
-
-	killCalled atomic.Bool
-	ladder     *transports.Ladder
-	exitSeen   chan struct{} // closed once the session has ended; exit and streamErr are set
-	finished   chan struct{} // closed once the host has been swept; err is final
-	exit       transports.Exit
-	streamErr  error // what Stdout ends with instead of io.EOF: the lost connection, or nil
-	err        error
+	watch  *transports.Watch
+	// streamErr is what Stdout ends with instead of io.EOF: the lost connection, or nil.
+	// Set before the watch's Ended closes.
+	streamErr error
 }
 
 func startKernel(ctx context.Context, hc *hostConn, cfg kernelConfig) (*Kernel, error) {
@@ -88,61 +83,57 @@ func startKernel(ctx context.Context, hc *hostConn, cfg kernelConfig) (*Kernel, 
 		sess.Close()
 		return nil, fmt.Errorf("send start block to %s: %w: %w", cfg.target, err, ErrUnreachable)
 	}
-	k := &Kernel{
-		cfg:      cfg,
-		conn:     hc,
-		sess:     sess,
-		stdin:    stdin,
-		info:     transports.Info{Transport: Name, ID: cfg.id},
-		exitSeen: make(chan struct{}),
-		finished: make(chan struct{}),
-	}
+	k := &Kernel{cfg: cfg, conn: hc, sess: sess, stdin: stdin, info: transports.Info{Transport: Name, ID: cfg.id}}
 	k.stdout = &kernelStdout{k: k, r: newSentinelReader(stdout)}
-	k.newLadder()
-	go k.watch()
+	// Kill's stages: stdin EOF, then TERM and KILL to the kernel's process group by
+	// remote commands, then (the host does not answer) giving the session up.
+	k.watch = transports.NewWatch(transports.WatchSpec{
+		What: "ssh kernel " + cfg.runID,
+		Steps: []transports.Step{
+			{Act: func() { _ = k.stdin.Close() }, Grace: cfg.stdinGrace},
+			{Act: func() { _ = k.control("TERM") }, Grace: cfg.termGrace},
+			{Act: func() { _ = k.control("KILL") }, Grace: 5 * time.Second},
+			{Act: func() { k.sess.Close() }},
+		},
+		Reap:    k.reap,
+		Release: k.release,
+	})
 	return k, nil
 }
 
-// watch waits for the session's end, works out how the kernel ended, ends it on the host
-// when the session ended without its exit status, and sweeps the host.
-func (k *Kernel) watch() {
+// reap waits for the session's end and works out how the kernel ended: a session that
+// ended without the kernel's exit status is a lost one, unless it was the ladder's own
+// close of the session (its last step) over a live connection.
+func (k *Kernel) reap(seen func() bool) (transports.Exit, error) {
 	werr := k.sess.Wait()
-	killed := k.killCalled.Load()
-	exit, status := exitOf(werr, killed)
-	var lost error
-	if !status && (!killed || k.conn.ended()) {
-		// Not the ladder's own close of the session (its last step) over a live connection.
-		lost = k.lostSession(werr)
+	killed := seen()
+	exit, status := exitOf(werr)
+	if status || (killed && !k.conn.ended()) {
+		return exit, nil
 	}
-	k.exit = exit
-	switch {
-	case lost != nil && !killed:
-		k.err = lost
-		k.streamErr = lost
-	case lost != nil:
-		// Kill ended the session; the stream still ended by the connection's loss.
-		k.streamErr = lost
+	lost := k.lostSession(werr)
+	k.streamErr = lost
+	if killed {
+		return exit, nil // Kill ended the session; the stream still ended by the loss
 	}
-	close(k.exitSeen)
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	if lost != nil {
-		// The kernel may live on: its stdin EOF comes only once the host's sshd drops the
-		// session, and a cell holds the stub for its EOF grace after that. End it through a
-		// fresh connection: the signal ladder to its process group (checked against the
-		// recorded pid and start time), then the sweep of its run's marker.
-		if _, cerr := k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, "CLEANUP"); cerr != nil {
-			k.err = fmt.Errorf("%w; the remote kernel could not be ended (it ends at stdin EOF once the host's sshd drops the session): %w",
-				lost, cerr)
-		}
-	} else {
-		// Sweep what the kernel left on the host (cells' children, a job's stray process)
-		// and remove its run directory. A host out of reach keeps them: the stub's own EOF
-		// shutdown is then all there is.
-		_, _ = k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, "CLEANUP")
+	return exit, lost
+}
+
+// release ends the kernel on the host when its session was lost, and sweeps the host.
+func (k *Kernel) release(_ transports.Exit, err error) error {
+	defer k.sess.Close()
+	// Sweep what the kernel left on the host (cells' children, a job's stray process) and
+	// remove its run directory. A host out of reach keeps them: the stub's own EOF
+	// shutdown is then all there is. After a lost session the kernel may live on: its
+	// stdin EOF comes only once the host's sshd drops the session, and a cell holds the
+	// stub for its EOF grace after that. The sweep ends it through a fresh connection:
+	// the signal ladder to its process group (checked against the recorded pid and start
+	// time), then the sweep of its run's marker.
+	if cerr := k.control("CLEANUP"); cerr != nil && k.streamErr != nil {
+		return fmt.Errorf("%w; the remote kernel could not be ended (it ends at stdin EOF once the host's sshd drops the session): %w",
+			k.streamErr, cerr)
 	}
-	cancel()
-	k.sess.Close()
-	close(k.finished)
+	return err
 }
 
 // lostSession returns the error of a session that ended without an exit status: the
@@ -166,8 +157,8 @@ var signalNames = map[string]int{"HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "ABRT"
 
 // exitOf reads the session's end: the exit status or signal, and whether the host sent
 // one (false: the channel closed without it, or the session failed).
-func exitOf(werr error, killed bool) (transports.Exit, bool) {
-	e := transports.Exit{Killed: killed}
+func exitOf(werr error) (transports.Exit, bool) {
+	var e transports.Exit
 	var ee *xssh.ExitError
 	switch {
 	case werr == nil:
@@ -201,7 +192,7 @@ func (s *kernelStdout) Read(p []byte) (int, error) {
 		s.decided = true
 		t := time.NewTimer(eofSettle)
 		select {
-		case <-s.k.exitSeen:
+		case <-s.k.watch.Ended():
 			s.err = s.k.streamErr
 		case <-t.C:
 		}
@@ -233,27 +224,15 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // only confirmation; after it, the host is swept and the run directory removed (see
 // Wait). The stages run once, whoever calls Kill and however often; if ctx ends first,
 // Kill returns ctx's cause and the stages go on.
-func (k *Kernel) Kill(ctx context.Context) error {
-	k.killCalled.Store(true)
-	return k.ladder.Kill(ctx, fmt.Sprintf("ssh kernel %s", k.cfg.runID))
-}
+func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 
-// newLadder sets up the kill stages of Kill: stdin EOF, then TERM and KILL to the
-// kernel's process group by remote commands, then (the host does not answer) giving the
-// session up; climbing stops once the kernel exited, Kill returns once it is released.
-func (k *Kernel) newLadder() {
-	k.ladder = &transports.Ladder{Ended: k.exitSeen, Finished: k.finished, Steps: []transports.Step{
-		{Act: func() { _ = k.stdin.Close() }, Grace: k.cfg.stdinGrace},
-		{Act: func() { k.signal("TERM") }, Grace: k.cfg.termGrace},
-		{Act: func() { k.signal("KILL") }, Grace: 5 * time.Second},
-		{Act: func() { k.sess.Close() }},
-	}}
-}
-
-func (k *Kernel) signal(action string) {
+// control runs the control command's action for the kernel's run on its host (through
+// a connection of the Hosts, a fresh one when the kernel's was lost).
+func (k *Kernel) control(action string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, action)
+	_, err := k.cfg.hosts.control(ctx, k.cfg.target, k.cfg.python, k.cfg.runID, action)
+	return err
 }
 
 // Wait blocks until the remote kernel has exited and the host has been swept (every
@@ -266,7 +245,4 @@ func (k *Kernel) signal(action string) {
 // keepalive: no answer for 15s"); the kernel has then been ended through a fresh
 // connection, and when the host could not be reached for that the error says so too.
 // Exit.Killed reports that Kill was called before the end.
-func (k *Kernel) Wait() (transports.Exit, error) {
-	<-k.finished
-	return k.exit, k.err
-}
+func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }

@@ -1,41 +1,30 @@
 package ssh
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
-	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Name is the ssh transport's name, as in Info.Transport.
 const Name = "ssh"
 
-// MaxStartBlock is the largest start block (working directory and environment) a remote
-// kernel accepts, in bytes.
-const MaxStartBlock = 1 << 20
-
-// ErrInvalidSpec reports a Spec the transport refuses before starting anything.
-var ErrInvalidSpec = errors.New("invalid kernel spec")
-
-//go:embed launch.py
-var launchSource string
-
 //go:embed control.py
 var controlSource string
 
 // kernelScript is the kernel's fixed command: the interpreter's path on stdin's first
-// line, the run id on the second, then the start block (launch.py), then the frames.
-// The run id is exported before the exec, so the kernel's own environment (its
+// line, the run id on the second, then the start block (kernelstart.Block), then the
+// frames. The run id is exported before the exec, so the kernel's own environment (its
 // /proc/<pid>/environ, which later changes to os.environ do not touch) carries the
 // run's marker from its first instruction on, as everything it starts does.
 var kernelScript = `IFS= read -r py || exit 2
@@ -43,19 +32,16 @@ IFS= read -r run || exit 2
 case "$run" in ''|.*|*[!A-Za-z0-9._-]*) exit 2 ;; esac
 export KENNEL_REMOTE_RUN="$run"
 export MALLOC_MMAP_THRESHOLD_=33554432
-exec "$py" -I -S -c ` + shQuote(strings.ReplaceAll(images.PythonProgram(launchSource), "MAX_START_BLOCK", strconv.Itoa(MaxStartBlock))+
-	"\n"+bootProgram())
+exec "$py" -I -S -c ` + shQuote(kernelstart.Program(kernelstart.BootProgram()))
 
 // controlScript signals or sweeps a kernel (control.py): the interpreter's path on
 // stdin's first line, then the run id and the action.
 var controlScript = `IFS= read -r py || exit 2
 exec "$py" -I -S -c ` + shQuote(images.PythonProgram(controlSource))
 
-// bootProgram is images' -c program that runs a stub unpacked in sys.argv[1].
-func bootProgram() string {
-	argv := images.KernelArgv("python3", "/")
-	return argv[len(argv)-2]
-}
+// keptFromLogin are the variables of the login shell a remote kernel keeps (before
+// Spec.Env and the transport's entries).
+var keptFromLogin = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ"}
 
 // Options configures a Transport. Every zero value but Target is documented and usable.
 type Options struct {
@@ -96,14 +82,19 @@ func (t *Transport) Capabilities() transports.Capabilities { return transports.C
 // The command is fixed (see the package doc); the interpreter, the run id, Spec.Dir and
 // the environment travel on stdin. Spec.Python, when set, is a remote name or path; else
 // the probe's python3 (its absolute path). Spec.Dir must be an absolute remote path: a
-// missing one ends the kernel with exit status 4 before any frame. A host that is not
-// ready fails with ErrNeedsAuth, ErrUnreachable or ErrUnsupported (all
-// transports.ErrUnavailable); a Spec refused before anything ran matches ErrInvalidSpec.
+// missing one ends the kernel with exit status 4 before any frame. The kernel's
+// environment is the login shell's PATH, HOME, USER, LOGNAME, SHELL, LANG and TZ, the
+// stub's defaults, Spec.Env, then the transport's own entries (the bundle hash,
+// KENNEL_KERNEL_EOF_GRACE when EOFGrace is set, KENNEL_KERNEL_OWNER=stdin,
+// KENNEL_REMOTE_RUN), a later entry winning and the transport's never given in Spec.Env
+// (kernelstart.Env). A host that is not ready fails with ErrNeedsAuth, ErrUnreachable or
+// ErrUnsupported (all transports.ErrUnavailable); a Spec refused before anything ran is a
+// *transports.FieldError (errdefs.ErrInvalidArgument).
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
-	if err := checkSpec(spec); err != nil {
+	if err := transports.CheckSpec(spec); err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
 	b, err := images.Stub()
@@ -122,27 +113,27 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
-	python := spec.Python
-	if python == "" {
-		python = p.PythonPath
-	}
+	python := cmp.Or(spec.Python, p.PythonPath)
 	runID := runID(spec.SessionID)
-	env := append(images.KernelEnv(b), spec.Env...)
-	if t.opts.EOFGrace > 0 {
-		env = append(env, images.EnvEOFGrace+"="+strconv.FormatFloat(t.opts.EOFGrace.Seconds(), 'f', -1, 64))
-	}
-	block, err := encodeStart(b.Hash(), runID, spec.Dir, env)
+	base := path.Join(p.Home, ".kennel-remote")
+	env := kernelstart.Env{Stub: images.KernelEnv(b), EOFGrace: t.opts.EOFGrace, Run: runID}
+	block, err := kernelstart.Block{
+		Dir:  spec.Dir,
+		Keep: keptFromLogin,
+		Run:  path.Join(base, "run", runID),
+		Stub: path.Join(base, b.Hash()),
+		Env:  env.Build(spec.Env),
+	}.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w: %w", spec.SessionID, err, ErrInvalidSpec)
+		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
 	}
-	preamble := append([]byte(python+"\n"+runID+"\n"), block...)
 	k, err := startKernel(ctx, hc, kernelConfig{
 		hosts:      t.hosts,
 		target:     target,
 		python:     p.PythonPath,
 		runID:      runID,
-		id:         target.String() + ":" + path.Join(p.Home, ".kennel-remote", "run", runID),
-		preamble:   preamble,
+		id:         target.String() + ":" + path.Join(base, "run", runID),
+		preamble:   append([]byte(python+"\n"+runID+"\n"), block...),
 		stderr:     spec.Stderr,
 		stdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		termGrace:  transports.ResolveGrace(t.opts.TermGrace),
@@ -153,68 +144,18 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	return k, nil
 }
 
-func checkSpec(spec transports.Spec) error {
-	if spec.SessionID == "" {
-		return fmt.Errorf("no session id: %w", ErrInvalidSpec)
-	}
-	if !path.IsAbs(spec.Dir) || strings.IndexByte(spec.Dir, 0) >= 0 {
-		return fmt.Errorf("dir %q is not an absolute remote path: %w", spec.Dir, ErrInvalidSpec)
-	}
-	if strings.ContainsAny(spec.Python, "\x00\n") || strings.HasPrefix(spec.Python, "-") {
-		return fmt.Errorf("python %q cannot be run by name or path: %w", spec.Python, ErrInvalidSpec)
-	}
-	return nil
-}
-
-// runID is a fresh run directory name: the session id's safe characters and 8 random
-// bytes.
+// runID is a fresh run directory name: the session id's first 40 bytes, each but
+// [A-Za-z0-9_-] made '_', then 8 random bytes in hex.
 func runID(session string) string {
-	var b strings.Builder
-	for _, r := range session {
-		if b.Len() >= 40 {
-			break
+	safe := []byte(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
 		}
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
+		return '_'
+	}, session))
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	return strings.TrimLeft(b.String()+"-"+hex.EncodeToString(rnd[:]), ".")
-}
-
-// errBadBlock reports a start block that cannot be encoded.
-var errBadBlock = errors.New("bad start block")
-
-// encodeStart returns the start block launch.py reads: the 4-byte big-endian length,
-// then the magic, bundle hash, run id, dir and each env entry, each ended by NUL.
-func encodeStart(bundle, runID, dir string, env []string) ([]byte, error) {
-	if strings.IndexByte(dir, 0) >= 0 || dir == "" {
-		return nil, fmt.Errorf("dir %q: %w", dir, errBadBlock)
-	}
-	fields := []string{"kennel-ssh/1", bundle, runID, dir}
-	for _, kv := range env {
-		k, _, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.IndexByte(kv, 0) >= 0 {
-			return nil, fmt.Errorf("env entry %q is not KEY=VALUE: %w", kv, errBadBlock)
-		}
-		fields = append(fields, kv)
-	}
-	n := 0
-	for _, f := range fields {
-		n += len(f) + 1
-	}
-	if n > MaxStartBlock {
-		return nil, fmt.Errorf("start block of %d bytes over %d: %w", n, MaxStartBlock, errBadBlock)
-	}
-	out := binary.BigEndian.AppendUint32(make([]byte, 0, 4+n), uint32(n))
-	for _, f := range fields {
-		out = append(append(out, f...), 0)
-	}
-	return out, nil
+	return string(safe[:min(len(safe), 40)]) + "-" + hex.EncodeToString(rnd[:])
 }
 
 // control runs the control command for a run on the host.

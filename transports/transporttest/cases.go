@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/transports"
 )
@@ -33,6 +36,8 @@ var cases = []testCase{
 	{"KillTwiceAndConcurrently", testKillTwice},
 	{"SignalDeath", testSignalDeath},
 	{"StartFailures", testStartFailures},
+	{"EnvPrecedence", testEnvPrecedence},
+	{"SpecRefused", testSpecRefused},
 }
 
 func testHello(t *testing.T, s *suite) {
@@ -179,10 +184,23 @@ func assertGone(t *testing.T, ps []proc) {
 	}
 }
 
-func testKillLeavesNothing(t *testing.T, s *suite) {
+func testKillLeavesNothing(t *testing.T, s *suite) { killWithSleepers(t, s, "") }
+
+// A cell that holds the kernel's main thread does not hold off Kill: the stages go on
+// to signals.
+func testKillBusyKernel(t *testing.T, s *suite) { killWithSleepers(t, s, "while True: pass") }
+
+// killWithSleepers starts sleepers in a kernel, sends it busy (a cell left running, or
+// ""), kills it and checks that no sleeper is left.
+func killWithSleepers(t *testing.T, s *suite, busy string) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
 	ss.hello(t, s.bundle)
 	ps := ss.startSleepers(t)
+	if busy != "" {
+		if _, err := ss.c.Send(busy); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
 	defer cancel()
 	if err := ss.k.Kill(ctx); err != nil {
@@ -196,28 +214,9 @@ func testKillLeavesNothing(t *testing.T, s *suite) {
 		t.Log("no host pids: the sleepers' end is not checked")
 	}
 	assertGone(t, ps)
-	ss.end(t)
-}
-
-// A cell that holds the kernel's main thread does not hold off Kill: the stages go on
-// to signals.
-func testKillBusyKernel(t *testing.T, s *suite) {
-	ss := s.start(t, s.newTransport(t), s.spec(t))
-	ss.hello(t, s.bundle)
-	ps := ss.startSleepers(t)
-	if _, err := ss.c.Send("while True: pass"); err != nil {
-		t.Fatal(err)
+	if busy == "" {
+		ss.end(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel()
-	if err := ss.k.Kill(ctx); err != nil {
-		t.Fatalf("kill: %v", err)
-	}
-	exit, err := ss.wait(t)
-	if err != nil || !exit.Killed {
-		t.Fatalf("after Kill: %+v, %v; want Killed", exit, err)
-	}
-	assertGone(t, ps)
 }
 
 func testKillTwice(t *testing.T, s *suite) {
@@ -319,4 +318,65 @@ func testStartFailures(t *testing.T, s *suite) {
 		t.Errorf("stdout of a kernel with a missing interpreter did not end")
 	}
 	// A failed Start leaves nothing: the case's cleanup counts the children.
+}
+
+// The one rule of a kernel's environment: Spec.Env wins over what the transport merely
+// defaults (PATH, MALLOC_MMAP_THRESHOLD_), and the transport's own entries hold: the
+// bundle hash, and the owner, a host pid (the controller's) where the kernel's pids are
+// the host's, else stdin alone.
+func testEnvPrecedence(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	path := "/kennel-tt-" + randomValue() + ":/usr/local/bin:/usr/bin:/bin"
+	ss := s.start(t, tr, s.spec(t, "PATH="+path, "MALLOC_MMAP_THRESHOLD_=65536"))
+	ss.hello(t, s.bundle)
+	got := ss.value(t, `import os
+[os.environ.get(k) for k in ("PATH", "MALLOC_MMAP_THRESHOLD_", "KENNEL_KERNEL_BUNDLE",
+    "KENNEL_KERNEL_OWNER", "KENNEL_KERNEL_OWNER_PID")]`)
+	owner := "'stdin', None"
+	if tr.Capabilities().HostPIDs {
+		owner = "None, '" + strconv.Itoa(os.Getpid()) + "'"
+	}
+	if want := "['" + path + "', '65536', '" + s.bundle + "', " + owner + "]"; got != want {
+		t.Errorf("PATH, MALLOC_MMAP_THRESHOLD_, bundle, owner, owner pid in the kernel: %s, want %s", got, want)
+	}
+}
+
+// A Spec no transport starts from is refused before anything runs, with the one class
+// (errdefs.ErrInvalidArgument, a *transports.FieldError naming the field); above all a
+// Spec.Env that names an entry the transport sets itself, which could untie the kernel
+// from its controller. The case's cleanup checks that nothing was left running.
+func testSpecRefused(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	for _, c := range []struct {
+		name, field string
+		edit        func(sp *transports.Spec)
+	}{
+		{"no session id", "Spec.SessionID", func(sp *transports.Spec) { sp.SessionID = "" }},
+		{"relative dir", "Spec.Dir", func(sp *transports.Spec) { sp.Dir = "relative" }},
+		{"NUL in dir", "Spec.Dir", func(sp *transports.Spec) { sp.Dir += "\x00x" }},
+		{"env not KEY=VALUE", "Spec.Env[1]", func(sp *transports.Spec) { sp.Env = []string{"A=1", "NOEQUALS"} }},
+		{"env NUL", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"A=b\x00c"} }},
+		{"env owner", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"KENNEL_KERNEL_OWNER=pid"} }},
+		{"env owner pid", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"KENNEL_KERNEL_OWNER_PID=1"} }},
+		{"env bundle", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"KENNEL_KERNEL_BUNDLE=" + s.bundle} }},
+		{"env EOF grace", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"KENNEL_KERNEL_EOF_GRACE=86400"} }},
+		{"env run marker", "Spec.Env[0]", func(sp *transports.Spec) { sp.Env = []string{"KENNEL_REMOTE_RUN=x"} }},
+		{"python an option", "Spec.Python", func(sp *transports.Spec) { sp.Python = "-c" }},
+		{"python with a newline", "Spec.Python", func(sp *transports.Spec) { sp.Python = "python3\nx" }},
+		{"python an assignment", "Spec.Python", func(sp *transports.Spec) { sp.Python = "A=b" }},
+	} {
+		sp := s.spec(t)
+		c.edit(&sp)
+		k, err := tr.Start(context.Background(), sp)
+		if err == nil {
+			_ = k.Kill(context.Background())
+			_, _ = k.Wait()
+			t.Errorf("%s: Start succeeded", c.name)
+			continue
+		}
+		var fe *transports.FieldError
+		if !errdefs.IsInvalidArgument(err) || !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%s: %v, want an invalid argument naming %s", c.name, err, c.field)
+		}
+	}
 }

@@ -20,27 +20,31 @@
 //
 // # Getting the stub into the sandbox
 //
-// Nothing is installed in the sandbox. The interpreter runs a small -c program (the
-// prelude, then the loader) that reads, from stdin and before the first frame, the start
-// block and then the stub bundle in images' wire format (Bundle.BootstrapPayload: a
-// length, then a zip), checks it against the bundle hash in its argv (Bundle.Hash), and
-// imports the stub from memory; nothing is written in the sandbox. The loader does what
-// images' own bootstrap program does without importing zipfile and hashlib, which cost
-// about 25 ms of every start. Options.StubDir names a stub already unpacked in the
-// sandbox (baked into an image) instead; then no bundle is sent.
+// Nothing is installed in the sandbox. The interpreter runs a small -c program (the start
+// program every transport that starts over stdin shares, then the loader) that reads,
+// from stdin and before the first frame, the start block and then the stub bundle in
+// images' wire format (Bundle.BootstrapPayload: a length, then a zip), checks it against
+// the bundle hash in its argv (Bundle.Hash), and imports the stub from memory; nothing is
+// written in the sandbox. The loader does what images' own bootstrap program does without
+// importing zipfile and hashlib, which cost about 25 ms of every start. Options.StubDir
+// names a stub already unpacked in the sandbox (baked into an image) instead; then no
+// bundle is sent, and a StubDir without the stub ends the kernel with status 3.
 //
 // # Environment
 //
-// A wrapped kernel's environment is not the host's. It holds exactly: PATH (DefaultPath
-// unless Spec.Env sets one), the stub's entries (images.KernelEnv), KENNEL_KERNEL_EOF_GRACE
-// when Options.EOFGrace is set, the entries of Spec.Env (the caller's: the kernel's own
-// entries and the host variables the setting names, already mapped through the path map),
-// and KENNEL_KERNEL_OWNER=stdin. Values travel in the start block over stdin, never in
-// argv (ps shows argv to everyone on the machine that runs the wrapper): the kernel
-// command is `env -i PATH=... <stub entries> python ...`, so the interpreter starts with
-// an empty environment but for those fixed, non-secret entries, and the prelude then
-// replaces os.environ with the block's entries and changes to Spec.Dir. The wrapper
-// process itself keeps the host's environment (docker and ssh need it).
+// A wrapped kernel's environment is not the host's. It is built by the one rule of every
+// transport: PATH=DefaultPath, then the stub's defaults (MALLOC_MMAP_THRESHOLD_), then
+// Spec.Env (the caller's: the kernel's own entries and the host variables the setting
+// names, already mapped through the path map), each later entry of a key winning, then
+// the transport's own entries, which nothing overrides: the bundle hash,
+// KENNEL_KERNEL_EOF_GRACE when Options.EOFGrace is set, and KENNEL_KERNEL_OWNER=stdin. A
+// Spec.Env naming one of those (transports.Reserved) is refused. Values travel in the
+// start block over stdin, never in argv (ps shows argv to everyone on the machine that
+// runs the wrapper): the kernel command is `env -i PATH=... <stub entries> python ...`,
+// so the interpreter starts with an empty environment but for those fixed, non-secret
+// entries, and the start program then replaces os.environ with the block's entries and
+// changes to Spec.Dir. The wrapper process itself keeps the host's environment (docker
+// and ssh need it).
 //
 // # Lifetime
 //

@@ -4,8 +4,6 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -14,8 +12,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/transporttest"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 func specOf(dir string, env []string) transports.Spec {
@@ -31,10 +30,7 @@ func testPython(t testing.TB) string {
 			return path
 		}
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("python3 is required under CI=true")
-	}
-	t.Skip("python3 not found")
+	testneed.Missing(t, "python3", exec.ErrNotFound)
 	return ""
 }
 
@@ -71,11 +67,11 @@ def main():
 // and runs kennel._boot.main.
 func TestLoaderAgreesWithImagesBundles(t *testing.T) {
 	python := testPython(t)
-	block, err := encodeStart("/", nil)
+	block, err := kernelstart.Block{Dir: "/"}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	program := prelude + "\n" + loader
+	program := kernelstart.Program(images.BootstrapProgram())
 	rapid.Check(t, func(rt *rapid.T) {
 		files := []images.File{
 			{Path: "kennel/__init__.py", Data: nil},
@@ -138,7 +134,7 @@ func TestLoaderRefusesBadPayloads(t *testing.T) {
 	otherPayload, _ := other.BootstrapPayload()
 	z := good[4:]
 	commented := append(append([]byte(nil), z...), 0) // a trailing byte: no end record at the end
-	block, _ := encodeStart("/", nil)
+	block, _ := kernelstart.Block{Dir: "/"}.Encode()
 	for _, c := range []struct {
 		name    string
 		payload []byte
@@ -153,92 +149,11 @@ func TestLoaderRefusesBadPayloads(t *testing.T) {
 		{"deflated", lengthPrefixed(storedZip(t, "kennel/__init__.py", strings.Repeat("a", 1000), zip.Deflate))},
 		{"stored but another hash", lengthPrefixed(storedZip(t, "kennel/__init__.py", "", zip.Store))},
 	} {
-		out, stderr, code := runProgram(t, python, prelude+"\n"+loader, b.Hash(), append(append([]byte(nil), block...), c.payload...))
+		out, stderr, code := runProgram(t, python, kernelstart.Program(images.BootstrapProgram()), b.Hash(), append(append([]byte(nil), block...), c.payload...))
 		if code != 2 || out != "" || !strings.Contains(stderr, "kennel bootstrap:") {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2, no stdout, a message", c.name, code, out, stderr)
 		}
 	}
-}
-
-// A start block the prelude cannot use ends the kernel with status 2 before any byte on
-// stdout.
-func TestPreludeRefusesBadBlocks(t *testing.T) {
-	python := testPython(t)
-	block := func(body string) []byte { return lengthPrefixed([]byte(body)) }
-	for _, c := range []struct {
-		name  string
-		stdin []byte
-	}{
-		{"empty", nil},
-		{"short length", []byte{0, 0}},
-		{"cut", block("kennel-wrapped/1\x00/\x00")[:10]},
-		{"over the limit", binary.BigEndian.AppendUint32(nil, MaxStartBlock+1)},
-		{"no final NUL", block("kennel-wrapped/1\x00/")},
-		{"another magic", block("kennel-wrapped/2\x00/\x00")},
-		{"no dir", block("kennel-wrapped/1\x00")},
-		{"entry without =", block("kennel-wrapped/1\x00/\x00NOEQUALS\x00")},
-		{"entry with empty key", block("kennel-wrapped/1\x00/\x00=v\x00")},
-		{"missing dir", block("kennel-wrapped/1\x00/nonexistent/kennel\x00")},
-		{"dir a file", block("kennel-wrapped/1\x00/etc/hostname\x00")},
-	} {
-		out, stderr, code := runProgram(t, python, prelude+"\nprint('ran')", "", c.stdin)
-		if code != 2 || out != "" || !strings.Contains(stderr, "kennel wrapped:") {
-			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2, no stdout, a message", c.name, code, out, stderr)
-		}
-	}
-}
-
-// The prelude makes the environment exactly the block's entries, bytes as sent (values
-// that are not UTF-8, '=' and newlines included), replacing what the interpreter started
-// with, and enters the block's directory.
-func TestPreludeSetsExactlyTheBlocksEnvironment(t *testing.T) {
-	python := testPython(t)
-	dir := t.TempDir()
-	const show = `
-import os, sys, json
-sys.stdout.write(json.dumps({"cwd": os.getcwd(), "env": {k.hex(): v.hex() for k, v in os.environb.items()}}))`
-	rapid.Check(t, func(rt *rapid.T) {
-		env := rapid.SliceOfN(envEntry(), 0, 8).Draw(rt, "env")
-		block, err := encodeStart(dir, env)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		out, stderr, code := runProgram(t, python, prelude+show, "", block)
-		if code != 0 {
-			rt.Fatalf("exit %d: %s", code, stderr)
-		}
-		var got struct {
-			Cwd string            `json:"cwd"`
-			Env map[string]string `json:"env"`
-		}
-		if err := json.Unmarshal([]byte(out), &got); err != nil {
-			rt.Fatalf("%q: %v", out, err)
-		}
-		want := map[string]string{}
-		for k, v := range transporttest.EnvMap(env) {
-			want[hexOf(k)] = hexOf(v)
-		}
-		if got.Cwd != dir {
-			rt.Errorf("cwd %q, want %q", got.Cwd, dir)
-		}
-		if len(got.Env) != len(want) {
-			rt.Fatalf("environment %v, want %v", got.Env, want)
-		}
-		for k, v := range want {
-			if got.Env[k] != v {
-				rt.Fatalf("environment %v, want %v", got.Env, want)
-			}
-		}
-	})
-}
-
-func hexOf(s string) string {
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 2*len(s))
-	for i := 0; i < len(s); i++ {
-		out = append(out, digits[s[i]>>4], digits[s[i]&15])
-	}
-	return string(out)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 	"github.com/kennel-dev/kennel/transports/transporttest"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 )
@@ -214,17 +217,19 @@ func TestStartRefusesBadSpecs(t *testing.T) {
 		spec transports.Spec
 		want error
 	}{
-		{"no session", wrapped.Options{}, transports.Spec{Dir: dir}, wrapped.ErrInvalidSpec},
-		{"no dir", wrapped.Options{}, transports.Spec{SessionID: "s"}, wrapped.ErrInvalidSpec},
-		{"relative dir", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: "rel"}, wrapped.ErrInvalidSpec},
-		{"NUL in dir", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: "/a\x00b"}, wrapped.ErrInvalidSpec},
-		{"env without =", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"NOEQUALS"}}, wrapped.ErrInvalidSpec},
-		{"env empty key", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"=x"}}, wrapped.ErrInvalidSpec},
-		{"env NUL", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=b\x00c"}}, wrapped.ErrInvalidSpec},
-		{"env too large", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=" + strings.Repeat("x", wrapped.MaxStartBlock)}}, wrapped.ErrInvalidSpec},
-		{"python an option", wrapped.Options{Python: "-c"}, transports.Spec{SessionID: "s", Dir: dir}, wrapped.ErrInvalidSpec},
-		{"python an assignment", wrapped.Options{Python: "A=b"}, transports.Spec{SessionID: "s", Dir: dir}, wrapped.ErrInvalidSpec},
-		{"relative stub dir", wrapped.Options{StubDir: "stub"}, transports.Spec{SessionID: "s", Dir: dir}, wrapped.ErrInvalidSpec},
+		{"no session", wrapped.Options{}, transports.Spec{Dir: dir}, errdefs.ErrInvalidArgument},
+		{"no dir", wrapped.Options{}, transports.Spec{SessionID: "s"}, errdefs.ErrInvalidArgument},
+		{"relative dir", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: "rel"}, errdefs.ErrInvalidArgument},
+		{"NUL in dir", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: "/a\x00b"}, errdefs.ErrInvalidArgument},
+		{"env without =", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"NOEQUALS"}}, errdefs.ErrInvalidArgument},
+		{"env empty key", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"=x"}}, errdefs.ErrInvalidArgument},
+		{"env NUL", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=b\x00c"}}, errdefs.ErrInvalidArgument},
+		{"env too large", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"A=" + strings.Repeat("x", kernelstart.MaxBlock)}}, errdefs.ErrInvalidArgument},
+		{"python an option", wrapped.Options{Python: "-c"}, transports.Spec{SessionID: "s", Dir: dir}, errdefs.ErrInvalidArgument},
+		{"python an assignment", wrapped.Options{Python: "A=b"}, transports.Spec{SessionID: "s", Dir: dir}, errdefs.ErrInvalidArgument},
+		{"relative stub dir", wrapped.Options{StubDir: "stub"}, transports.Spec{SessionID: "s", Dir: dir}, errdefs.ErrInvalidArgument},
+		{"env owner", wrapped.Options{}, transports.Spec{SessionID: "s", Dir: dir, Env: []string{"KENNEL_KERNEL_OWNER=pid"}}, errdefs.ErrInvalidArgument},
+		{"NUL in the prefix", wrapped.Options{ArgvPrefix: []string{"env", "a\x00"}}, transports.Spec{SessionID: "s", Dir: dir}, errdefs.ErrInvalidArgument},
 		{"no wrapper", wrapped.Options{ArgvPrefix: []string{"kennel-no-such-wrapper"}}, transports.Spec{SessionID: "s", Dir: dir}, transports.ErrUnavailable},
 	} {
 		tr := wrapped.New(c.opts)

@@ -1,29 +1,39 @@
 package wrapped
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
+
+// DefaultPath is the PATH the interpreter is looked up with inside the sandbox, and the
+// kernel's PATH when Spec.Env gives none.
+const DefaultPath = kernelstart.DefaultPath
 
 // Name is the wrapped transport's name, as in Info.Transport.
 const Name = "wrapped"
 
-// ErrInvalidSpec reports a Spec or Options the transport refuses before starting anything.
-var ErrInvalidSpec = errors.New("invalid kernel spec")
+// ErrInvalidSpec is the class of a Spec or Options the transport refuses before starting
+// anything: errdefs.ErrInvalidArgument, which every transport's refusals match.
+//
+// Deprecated: check errdefs.IsInvalidArgument (the refusal is a *transports.FieldError).
+var ErrInvalidSpec = errdefs.ErrInvalidArgument
 
 // Options configures a Transport. The zero value of every field but ArgvPrefix is
 // documented and usable.
@@ -55,7 +65,7 @@ type Options struct {
 	// InheritWrapperEnv runs the interpreter directly after the prefix instead of under
 	// `env -i`, for a sandbox that has no env command. The interpreter then starts with
 	// whatever environment the wrapper gives it (the host's, for a plain process wrapper):
-	// the prelude still replaces os.environ whole, so cells and their children see only
+	// the start program still replaces os.environ whole, so cells and their children see only
 	// the kernel's entries, but the interpreter's own /proc/self/environ keeps the
 	// wrapper's. Leave it false unless the wrapper already clears the environment.
 	InheritWrapperEnv bool
@@ -128,12 +138,13 @@ func (t *Transport) Capabilities() transports.Capabilities {
 // start.
 //
 // The kernel command is `env -i PATH=DefaultPath <stub entries> PYTHON -I -S -c PROGRAM
-// ARG`: the interpreter is found by name inside the sandbox, starts with an empty
+// [ARG]`: the interpreter is found by name inside the sandbox, starts with an empty
 // environment but for those entries (no values of Spec.Env ever appear in an argv, which
 // ps shows to every user of the machine that runs it), and PROGRAM first reads the start
-// block from stdin: Spec.Dir and the kernel's whole environment. The kernel's environment
-// is PATH=DefaultPath, the stub's entries (images.KernelEnv), KENNEL_KERNEL_EOF_GRACE when
-// EOFGrace is set, then Spec.Env (a later entry wins), then KENNEL_KERNEL_OWNER=stdin.
+// block from stdin (kernelstart.Block): Spec.Dir and the kernel's whole environment,
+// PATH=DefaultPath, the stub's defaults, Spec.Env, then the transport's own entries (the
+// bundle hash, KENNEL_KERNEL_EOF_GRACE when EOFGrace is set, KENNEL_KERNEL_OWNER=stdin),
+// a later entry winning and the transport's never given in Spec.Env (kernelstart.Env).
 // Unless StubDir is set, the bundle follows the block on stdin (images.Bundle.
 // BootstrapPayload), then the frames.
 //
@@ -141,22 +152,18 @@ func (t *Transport) Capabilities() transports.Capabilities {
 // own process group, in the controller's working directory.
 //
 // Spec.Dir must be an absolute sandbox path; it is not checked on the host. A wrapper
-// not found on the host is refused with transports.ErrUnavailable; a Spec refused before
-// anything started matches ErrInvalidSpec. A missing interpreter or directory in the
-// sandbox is found only by the kernel: it exits (status 127 from env, 2 from the prelude)
-// without a hello, saying why on stderr.
+// not found on the host is refused with transports.ErrUnavailable; a Spec or Options
+// refused before anything started is a *transports.FieldError
+// (errdefs.ErrInvalidArgument). A missing interpreter, stub or directory in the sandbox is
+// found only by the kernel: it exits without a hello (127 from env; from the start
+// program 3 for no stub at StubDir, 4 for a directory it cannot enter, 2 otherwise),
+// saying why on stderr.
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
-	python := spec.Python
-	if python == "" {
-		python = t.opts.Python
-	}
-	if python == "" {
-		python = "python3"
-	}
-	if err := t.check(spec, python); err != nil {
+	python, err := t.check(spec)
+	if err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
 	bc, err := t.bundle()
@@ -174,75 +181,64 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	return k, nil
 }
 
-// check refuses what cannot start, before anything runs.
-func (t *Transport) check(spec transports.Spec, python string) error {
-	if spec.SessionID == "" {
-		return fmt.Errorf("no session id: %w", ErrInvalidSpec)
+// check refuses what cannot start, before anything runs, and returns the interpreter.
+func (t *Transport) check(spec transports.Spec) (python string, err error) {
+	if err := transports.CheckSpec(spec); err != nil {
+		return "", err
 	}
-	if err := checkSandboxDir(spec.Dir); err != nil {
-		return fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+	field := "Spec.Python"
+	if spec.Python == "" {
+		field = "Options.Python"
 	}
-	if strings.IndexByte(python, 0) >= 0 || strings.HasPrefix(python, "-") || strings.ContainsRune(python, '=') {
-		return fmt.Errorf("python %q cannot be run by name or path: %w", python, ErrInvalidSpec)
+	python = cmp.Or(spec.Python, t.opts.Python, "python3")
+	if err := transports.CheckPython(field, python); err != nil {
+		return "", err
 	}
-	for _, a := range t.opts.ArgvPrefix {
+	for i, a := range t.opts.ArgvPrefix {
 		if strings.IndexByte(a, 0) >= 0 {
-			return fmt.Errorf("wrapper argument %q holds a NUL byte: %w", a, ErrInvalidSpec)
+			return "", &transports.FieldError{Field: fmt.Sprintf("Options.ArgvPrefix[%d]", i), Reason: "holds a NUL byte"}
 		}
 	}
 	if t.opts.StubDir != "" {
-		if err := checkSandboxDir(t.opts.StubDir); err != nil {
-			return fmt.Errorf("stub %w: %w", err, ErrInvalidSpec)
+		if err := transports.CheckPath("Options.StubDir", t.opts.StubDir); err != nil {
+			return "", err
 		}
 	}
 	if len(t.opts.ArgvPrefix) > 0 {
 		if _, err := exec.LookPath(t.opts.ArgvPrefix[0]); err != nil {
-			return fmt.Errorf("wrapper %q: %w: %w", t.opts.ArgvPrefix[0], transports.ErrUnavailable, err)
+			return "", fmt.Errorf("wrapper %q: %w: %w", t.opts.ArgvPrefix[0], transports.ErrUnavailable, err)
 		}
 	}
-	return nil
+	return python, nil
 }
 
 // plan returns the host argv and what is written to stdin before the first frame.
 func (t *Transport) plan(bc bundleCache, spec transports.Spec, python string) (argv []string, preamble []byte, err error) {
 	stub := images.KernelEnv(bc.bundle)
-	program, arg := loader, bc.bundle.Hash()
+	program, arg := images.BootstrapProgram(), []string{bc.bundle.Hash()}
 	if t.opts.StubDir != "" {
-		if program, arg, err = bootProgram(images.KernelArgv(python, t.opts.StubDir)); err != nil {
-			return nil, nil, err
-		}
-		stub = withoutKey(stub, images.EnvBundle)
+		program, arg = kernelstart.BootProgram(), nil
+		stub = slices.DeleteFunc(stub, func(kv string) bool { return strings.HasPrefix(kv, images.EnvBundle+"=") })
 		if t.opts.StubHash != "" {
 			stub = append(stub, images.EnvBundle+"="+t.opts.StubHash)
 		}
 	}
 	startEnv := append([]string{"PATH=" + DefaultPath}, stub...)
-	defaults := startEnv
-	if t.opts.EOFGrace > 0 {
-		defaults = append(defaults[:len(defaults):len(defaults)],
-			images.EnvEOFGrace+"="+strconv.FormatFloat(t.opts.EOFGrace.Seconds(), 'f', -1, 64))
-	}
-	block, err := encodeStart(spec.Dir, kernelEnv(defaults, spec.Env))
+	env := kernelstart.Env{Base: startEnv[:1], Stub: stub, EOFGrace: t.opts.EOFGrace}
+	block, err := kernelstart.Block{Dir: spec.Dir, Stub: t.opts.StubDir, Env: env.Build(spec.Env)}.Encode()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", err, ErrInvalidSpec)
+		return nil, nil, err
 	}
-	argv = append(append([]string(nil), t.opts.ArgvPrefix...),
-		command(python, program, arg, startEnv, t.opts.InheritWrapperEnv)...)
+	argv = slices.Clone(t.opts.ArgvPrefix)
+	if !t.opts.InheritWrapperEnv {
+		argv = append(append(argv, "env", "-i"), startEnv...)
+	}
+	argv = append(append(argv, python, "-I", "-S", "-c", kernelstart.Program(program)), arg...)
 	preamble = block
 	if t.opts.StubDir == "" {
 		preamble = append(block, bc.payload...)
 	}
 	return argv, preamble, nil
-}
-
-func withoutKey(env []string, key string) []string {
-	var out []string
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k != key {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // launch starts argv in its own process group with the host's environment, its stdin

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // Alias is the Host name ConfigFile gives the server.
@@ -63,36 +64,13 @@ type Server struct {
 // Connections returns how many TCP connections the proxy has accepted so far.
 func (s *Server) Connections() int64 { return s.conns.Load() }
 
-// need skips the test (or fails it under CI=true) when what the server needs is missing.
-func need(t testing.TB, what string, ok bool) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("sshtest: %s is missing (CI=true: .ci/install provides it)", what)
-	}
-	t.Skipf("sshtest: %s is missing", what)
-}
-
-func lookPath(names ...string) bool {
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // Start starts sshd behind a counting proxy and stops both at the end of the test. It
 // skips (fails under CI=true) when not root or when sshd, ssh-keygen, ssh or unshare is
 // missing.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	need(t, "root (sshd must log in a user as itself)", os.Geteuid() == 0)
-	need(t, "sshd (openssh-server)", fileExists("/usr/sbin/sshd"))
-	need(t, "ssh and ssh-keygen (openssh-client)", lookPath("ssh", "ssh-keygen"))
-	need(t, "unshare (util-linux)", lookPath("unshare"))
+	testneed.Root(t) // sshd must log in a user as itself
+	testneed.Tools(t, "/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare")
 
 	dir, err := os.MkdirTemp("", "kennel-sshtest-")
 	if err != nil {
@@ -335,11 +313,6 @@ func (s *Server) SessionProcess(pid int) (int, error) {
 		p = st.PPID
 	}
 	return 0, fmt.Errorf("sshtest: process %d is not served by sshd %d", pid, s.SSHDPID)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 func must(t testing.TB, err error) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 )
@@ -25,24 +26,11 @@ type Sandbox struct {
 	SandboxDir string
 }
 
-// Missing fails the test under CI=true (where every tool must be installed) and skips
-// it elsewhere, naming what is missing.
-func Missing(t testing.TB, what string, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is required under CI=true: %v", what, err)
-	}
-	t.Skipf("%s is missing: %v", what, err)
-}
-
-// Need returns the host path of each tool, or skips (fails under CI).
+// Need requires each tool on PATH: it skips the test, or fails it under CI=true
+// (testneed.Tools).
 func Need(t testing.TB, tools ...string) {
 	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			Missing(t, tool, err)
-		}
-	}
+	testneed.Tools(t, tools...)
 }
 
 // SandboxPython returns Debian's /usr/bin/python3: the interpreter the sandboxes here
@@ -51,7 +39,7 @@ func SandboxPython(t testing.TB) string {
 	t.Helper()
 	const p = "/usr/bin/python3"
 	if _, err := exec.LookPath(p); err != nil {
-		Missing(t, p+" (Debian's python3 package)", err)
+		testneed.Missing(t, p+" (Debian's python3 package)", err)
 	}
 	return p
 }

@@ -1,4 +1,4 @@
-package wrapped
+package kernelstart
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ func TestCutReadsWhatIsLeftThenEOF(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	pr := &pipeReader{f: r}
+	pr := NewPipeReader(r)
 	if _, err := w.WriteString("first"); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestCutReadsWhatIsLeftThenEOF(t *testing.T) {
 		got <- err
 	}()
 	time.Sleep(20 * time.Millisecond)
-	pr.cut()
+	pr.Cut()
 	if err := <-got; !errors.Is(err, io.EOF) {
 		t.Fatalf("blocked read after the cut: %v, want EOF", err)
 	}
@@ -49,7 +49,7 @@ func TestCutKeepsBytesAlreadyInThePipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	pr := &pipeReader{f: r}
+	pr := NewPipeReader(r)
 	want := make([]byte, 40000)
 	for i := range want {
 		want[i] = byte('a' + i%26)
@@ -57,7 +57,7 @@ func TestCutKeepsBytesAlreadyInThePipe(t *testing.T) {
 	if _, err := w.Write(want); err != nil {
 		t.Fatal(err)
 	}
-	pr.cut()
+	pr.Cut()
 	b, err := io.ReadAll(pr)
 	if err != nil || string(b) != string(want) {
 		t.Fatalf("read %d bytes, %v; want the %d written", len(b), err, len(want))
@@ -72,14 +72,14 @@ func TestUncutReaderEndsAtEOF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr := &pipeReader{f: r}
+	pr := NewPipeReader(r)
 	_, _ = w.WriteString("abc")
 	w.Close()
 	b, err := io.ReadAll(pr)
 	if err != nil || string(b) != "abc" {
 		t.Fatalf("read %q, %v", b, err)
 	}
-	pr.cut() // after the end: harmless
+	pr.Cut() // after the end: harmless
 	if _, err := pr.Read(make([]byte, 4)); err != io.EOF {
 		t.Fatalf("after EOF: %v", err)
 	}

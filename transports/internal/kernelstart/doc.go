@@ -1,0 +1,14 @@
+// Package kernelstart is the start kit the transports share: the one builder of a
+// kernel's environment (Env); the one start block (Block) with the one Python program
+// that reads it (Program), for the transports that send a kernel's directory and
+// environment over stdin (wrapped, ssh) rather than in an argv that ps shows everyone;
+// and the reader of a kernel's output pipe (PipeReader).
+//
+//	env := kernelstart.Env{Base: []string{"PATH=" + kernelstart.DefaultPath}, Stub: images.KernelEnv(b)}
+//	block, err := kernelstart.Block{Dir: spec.Dir, Env: env.Build(spec.Env)}.Encode()
+//	argv := []string{python, "-I", "-S", "-c", kernelstart.Program(images.BootstrapProgram()), b.Hash()}
+//	// stdin: block, then what the next program reads (the bundle), then the frames.
+//
+// The spec check and the kill bookkeeping are the transports package's own
+// (transports.CheckSpec, transports.Watch).
+package kernelstart
