@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
@@ -17,14 +18,14 @@ import (
 var (
 	// ErrNoJob: the session has no job with that id (never started, or an ended job the
 	// table no longer keeps).
-	ErrNoJob = errors.New("no such job")
+	ErrNoJob = errdefs.ErrNotFound.WithMessage("no such job")
 	// ErrInvalidCommand: a shell command /bin/sh -c cannot be given: not valid UTF-8, with
 	// a NUL byte, or longer than MaxCommandBytes. Nothing was started.
-	ErrInvalidCommand = errors.New("invalid job command")
+	ErrInvalidCommand = errdefs.ErrInvalidArgument.WithMessage("invalid job command")
 	// ErrEndedByController: the controller ended a killed job itself because its kernel did
 	// not report the end within twice Options.JobKillGrace of the kill (a wedged kernel);
 	// the job's process group had been killed by the controller and was empty.
-	ErrEndedByController = errors.New("job ended by the controller")
+	ErrEndedByController = errdefs.ErrAborted.WithMessage("job ended by the controller")
 )
 
 // JobOptions configure one shell job. The zero value uses the session's settings.

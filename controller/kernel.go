@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/controller/gate"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports"
@@ -167,7 +168,7 @@ func (kc *kernelConn) read() {
 }
 
 // ErrOOM: the sandbox's memory limit ended the kernel.
-var ErrOOM = errors.New("kernel killed by the memory limit (OOM)")
+var ErrOOM = errdefs.ErrResourceExhausted.WithMessage("kernel killed by the memory limit (OOM)")
 
 // oomWait bounds how long a kernel whose stdout ended is waited for, to tell whether the
 // memory limit ended it, before the work in flight fails.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports"
@@ -21,16 +22,16 @@ import (
 // Errors a caller decides on with errors.Is.
 var (
 	// ErrClosed: the session was closed or killed.
-	ErrClosed = errors.New("session closed")
+	ErrClosed = errdefs.ErrConflict.WithMessage("session closed")
 	// ErrKernelExited: the kernel ended while work was in flight (it crashed, was killed,
 	// or was replaced after a protocol fault; a *gate.ProtocolFault is then in the chain).
-	ErrKernelExited = errors.New("kernel exited")
+	ErrKernelExited = errdefs.ErrUnavailable.WithMessage("kernel exited")
 	// ErrNoWorkingDir and its siblings: a session start named a bad working directory.
-	ErrNoWorkingDir     = errors.New("a session needs a working directory")
-	ErrWorkingDirGone   = errors.New("working directory is gone")
-	ErrWorkingDirNotDir = errors.New("working directory is not a directory")
+	ErrNoWorkingDir     = errdefs.ErrInvalidArgument.WithMessage("a session needs a working directory")
+	ErrWorkingDirGone   = errdefs.ErrInvalidArgument.WithMessage("working directory is gone")
+	ErrWorkingDirNotDir = errdefs.ErrInvalidArgument.WithMessage("working directory is not a directory")
 	// ErrStale: the kernel runs another stub bundle or protocol than this controller.
-	ErrStale = errors.New("kernel is stale")
+	ErrStale = errdefs.ErrUnavailable.WithMessage("kernel is stale")
 )
 
 // HostHandler serves the host requests a kernel sends (fs.*, ...). Serve runs on its own

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/protocol"
 )
 
@@ -14,11 +15,11 @@ import (
 // (protocol.MaxLine, newline included), which the kernel drops unread. Nothing was sent:
 // a cell fails with it before it starts; an oversized host reply goes out as an error reply
 // with code too_large instead. Errors wrap it with the frame's size and the limit.
-var ErrFrameTooLarge = errors.New("frame over the protocol's line limit")
+var ErrFrameTooLarge = errdefs.ErrOutOfRange.WithMessage("frame over the protocol's line limit")
 
 // ErrStdinStalled: the kernel did not read its stdin while a frame waited for room in the
 // controller's queue to it, until the caller's context ended. The frame was not queued.
-var ErrStdinStalled = errors.New("kernel is not reading its stdin")
+var ErrStdinStalled = errdefs.ErrUnavailable.WithMessage("kernel is not reading its stdin")
 
 // maxQueuedStdin bounds the bytes of frames queued for a kernel's stdin and not yet
 // written: two frames at the line limit. A frame that finds the queue full waits for room

@@ -12,26 +12,23 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
-	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
-	"github.com/kennel-dev/kennel/pathmap"
-	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/local"
-	"github.com/kennel-dev/kennel/transports/wrapped"
-	"github.com/kennel-dev/kennel/workspaces"
 )
 
 // errInvalid is the class of a request the daemon refuses as malformed.
-var errInvalid = errors.New("invalid request")
+var errInvalid = errdefs.ErrInvalidArgument.WithMessage("invalid request")
 
 // errNotFound is the class of a session, job or child that does not exist.
-var errNotFound = errors.New("not found")
+var errNotFound = errdefs.ErrNotFound
 
 // errConflict is the class of a request the state of a session refuses.
 var errConflict = errdefs.ErrConflict
 
-// toAPI turns an error into the API's error: the code by class (errors.Is), the status,
-// and the message.
+// toAPI turns an error into the API's error. A few errors have codes of their own (a
+// refused output read, a bad working directory, a frame over the protocol's limit); every
+// other one is answered by its errdefs class (errors.Is), the one error vocabulary of
+// kennel's packages: invalid argument 400, not found 404, conflict, already exists and
+// failed precondition 409, unavailable 503, anything else 500.
 func toAPI(err error) *api.Error {
 	var ae *api.Error
 	if errors.As(err, &ae) {
@@ -42,7 +39,7 @@ func toAPI(err error) *api.Error {
 	switch {
 	case errors.As(err, &re):
 		e.Status, e.Code = http.StatusRequestedRangeNotSatisfiable, api.CodeOutputRefused
-		if errors.Is(err, output.ErrInvalidRange) || errors.Is(err, output.ErrPageTooLarge) {
+		if errdefs.IsInvalidArgument(err) {
 			e.Status = http.StatusBadRequest
 		}
 		if re.Use != nil {
@@ -54,23 +51,16 @@ func toAPI(err error) *api.Error {
 		e.Status, e.Code = http.StatusBadRequest, api.CodeWorkingDirGone
 	case errors.Is(err, controller.ErrWorkingDirNotDir):
 		e.Status, e.Code = http.StatusBadRequest, api.CodeWorkingDirNotDir
-	case errors.Is(err, errNotFound), errors.Is(err, controller.ErrNoJob):
-		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
 	case errors.Is(err, controller.ErrFrameTooLarge):
 		e.Status, e.Code = http.StatusRequestEntityTooLarge, api.CodeTooLarge
-	case errors.Is(err, errInvalid), errors.Is(err, controller.ErrInvalidCommand),
-		errors.Is(err, output.ErrInvalidLimits), errors.Is(err, jobs.ErrInvalidID),
-		errors.Is(err, workspaces.ErrInvalidID), errors.Is(err, local.ErrInvalidSpec),
-		errors.Is(err, wrapped.ErrInvalidSpec), errors.Is(err, syscall.ENAMETOOLONG),
-		errdefs.IsInvalidArgument(err), errors.Is(err, pathmap.ErrInvalid), errors.Is(err, pathmap.ErrNotFound):
+	case errdefs.IsInvalidArgument(err), errors.Is(err, syscall.ENAMETOOLONG):
 		e.Status, e.Code = http.StatusBadRequest, api.CodeInvalid
-	case errors.Is(err, jobs.ErrEnded), errors.Is(err, controller.ErrClosed),
-		errors.Is(err, workspaces.ErrExists), errors.Is(err, errShuttingDown),
-		errors.Is(err, workspaces.ErrTooManyFiles), errdefs.IsConflict(err):
-		e.Status, e.Code = http.StatusConflict, api.CodeConflict
-	case errors.Is(err, transports.ErrUnavailable), errors.Is(err, controller.ErrKernelExited),
-		errors.Is(err, controller.ErrStale), errors.Is(err, controller.ErrStdinStalled):
+	case errdefs.IsNotFound(err):
+		e.Status, e.Code = http.StatusNotFound, api.CodeNotFound
+	case errdefs.IsUnavailable(err):
 		e.Status, e.Code = http.StatusServiceUnavailable, api.CodeUnavailable
+	case errdefs.IsConflict(err), errdefs.IsAlreadyExists(err), errdefs.IsFailedPrecondition(err):
+		e.Status, e.Code = http.StatusConflict, api.CodeConflict
 	}
 	return e
 }

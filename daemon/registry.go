@@ -2,11 +2,11 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
@@ -117,7 +117,7 @@ func newRegistry() *registry {
 	return &registry{sessions: make(map[string]*entry), keys: make(map[string]*idem)}
 }
 
-var errShuttingDown = errors.New("the daemon is shutting down")
+var errShuttingDown = errdefs.ErrConflict.WithMessage("the daemon is shutting down")
 
 // add registers e; it refuses once the registry is closed.
 func (r *registry) add(e *entry) error {

@@ -1,13 +1,14 @@
 package jobs
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/containerd/errdefs"
 )
 
 // ErrInvalidID is the class of a string that is not a job id.
-var ErrInvalidID = errors.New("invalid job id")
+var ErrInvalidID = errdefs.ErrInvalidArgument.WithMessage("invalid job id")
 
 // ID names a job within its session: "j1", "j2", ... in the order the jobs started. IDs
 // order numerically (j9 before j10): compare them as numbers, with <. The zero ID is no

@@ -2,13 +2,13 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/output"
 )
 
@@ -16,13 +16,13 @@ import (
 var (
 	// ErrEnded: an event (output, an end, a pid, a kill) for a job that has ended. The
 	// event is ignored and counted in Late.
-	ErrEnded = errors.New("job already ended")
+	ErrEnded = errdefs.ErrConflict.WithMessage("job already ended")
 	// ErrNoOwner: a job started without an Owner, which no one could kill.
-	ErrNoOwner = errors.New("job has no owner")
+	ErrNoOwner = errdefs.ErrInvalidArgument.WithMessage("job has no owner")
 	// ErrInvalidEnd: an End no process can have (see End).
-	ErrInvalidEnd = errors.New("invalid job end")
+	ErrInvalidEnd = errdefs.ErrInvalidArgument.WithMessage("invalid job end")
 	// ErrInvalidPID: a pid that is not positive, or a second, different pid.
-	ErrInvalidPID = errors.New("invalid job pid")
+	ErrInvalidPID = errdefs.ErrInvalidArgument.WithMessage("invalid job pid")
 )
 
 // Owner is what runs a job and can stop it. The controller supplies it: for a shell job

@@ -136,6 +136,13 @@ func (k *Kit) Assemble(ctx context.Context, spec *sessionspec.Transport, dir str
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec != nil {
+		for i, name := range spec.Env {
+			if transports.Reserved(name) {
+				return nil, &sessionspec.FieldError{Field: fmt.Sprintf("env[%d]", i), Err: fmt.Errorf("%s ties the kernel to its controller: the transport sets it, no description may", name)}
+			}
+		}
+	}
 	kind, _ := spec.Kind()
 	p := &Parts{Kind: kind}
 	var err error
@@ -167,7 +174,9 @@ func hostMap(spec *sessionspec.Transport, dir string, owner *pathmap.Owner, p *P
 	}
 	m, err := pathmap.New(pathmap.Config{Dir: dir, Mounts: mounts, Owner: owner})
 	if err != nil {
-		return nil, fmt.Errorf("path map: %w", err)
+		// The description's mounts (or its directory) cannot be served: a bad request,
+		// whatever the file system said.
+		return nil, fmt.Errorf("path map: %w: %w", sessionspec.ErrInvalid, err)
 	}
 	p.release = append(p.release, func() { _ = m.Close() })
 	p.Dir, p.SandboxDir = dir, m.Dir()

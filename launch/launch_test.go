@@ -142,6 +142,7 @@ func TestAssembleRefusesWhatItCannotStart(t *testing.T) {
 		"host down":      {&sessionspec.Transport{SSH: &sessionspec.SSH{Target: "somewhere"}}, dir, "ssh somewhere"},
 		"mount outside":  {&sessionspec.Transport{ArgvPrefix: []string{"x"}, PathMap: []pathmap.Mount{{Sandbox: "/w", Host: "/nonexistent"}}}, dir, "path map"},
 		"docker network": {&sessionspec.Transport{Docker: &sessionspec.Docker{Network: "host"}}, dir, "docker.network"},
+		"reserved env":   {&sessionspec.Transport{ArgvPrefix: []string{"x"}, Env: []string{"LANG", "KENNEL_KERNEL_OWNER"}}, dir, "env[1]"},
 	} {
 		p, err := k.Assemble(ctx, tc.spec, tc.dir)
 		if err == nil || p != nil || !strings.Contains(err.Error(), tc.want) {

@@ -2,14 +2,15 @@ package output
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
+
+	"github.com/containerd/errdefs"
 )
 
 // ErrClosed is returned by writes to a Bounder whose Result was taken, or to a Capture
 // that was closed.
-var ErrClosed = errors.New("output closed")
+var ErrClosed = errdefs.ErrFailedPrecondition.WithMessage("output closed")
 
 // BounderOptions configure a Bounder.
 type BounderOptions struct {

@@ -1,26 +1,27 @@
 package output
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/containerd/errdefs"
 )
 
 // Error classes of a Capture's reads and saves; match them with errors.Is.
 var (
 	// ErrPageTooLarge: a page read asked for more than MaxPage bytes. It is refused, not
 	// shortened.
-	ErrPageTooLarge = errors.New("page too large")
+	ErrPageTooLarge = errdefs.ErrInvalidArgument.WithMessage("page too large")
 	// ErrLost: the bytes asked for were not retained (past the spill limit and not in the
 	// tail, or the spill failed). Refused, not shortened.
-	ErrLost = errors.New("output not retained")
+	ErrLost = errdefs.ErrDataLoss.WithMessage("output not retained")
 	// ErrPastEnd: a read of a closed capture starts past its last byte.
-	ErrPastEnd = errors.New("offset past the end of output")
+	ErrPastEnd = errdefs.ErrOutOfRange.WithMessage("offset past the end of output")
 	// ErrInvalidRange: a negative offset or limit.
-	ErrInvalidRange = errors.New("invalid range")
+	ErrInvalidRange = errdefs.ErrInvalidArgument.WithMessage("invalid range")
 	// ErrSpillLost: the spill file is missing or shorter than what was written to it.
-	ErrSpillLost = errors.New("spill file missing or shortened")
+	ErrSpillLost = errdefs.ErrDataLoss.WithMessage("spill file missing or shortened")
 	// ErrRunning: the capture is still being written (Save needs a closed capture).
-	ErrRunning = errors.New("output still running")
+	ErrRunning = errdefs.ErrFailedPrecondition.WithMessage("output still running")
 )
 
 // Span is a byte range of an output: Limit bytes from Offset.

@@ -1,17 +1,18 @@
 package output
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/containerd/errdefs"
 )
 
 // ErrNotPrivate is the class of a directory kennel will not put output files in: not a
 // directory (a symlink counts as not one), readable or writable by group or others, or
 // owned by another user.
-var ErrNotPrivate = errors.New("directory is not private")
+var ErrNotPrivate = errdefs.ErrPermissionDenied.WithMessage("directory is not private")
 
 // PrepareDir creates dir with mode 0700 when it is missing (parents too) and checks that
 // it is private: a real directory (not a symlink), owned by the effective user, with no

@@ -1,8 +1,9 @@
 package output
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/containerd/errdefs"
 )
 
 // Default limits of a Truncation that is On: the window a tool result, a cell or a job
@@ -14,7 +15,7 @@ const (
 
 // ErrInvalidLimits is the class of a Truncation whose limits cannot bound anything
 // (a negative byte or line count, or an unknown Keep).
-var ErrInvalidLimits = errors.New("invalid output limits")
+var ErrInvalidLimits = errdefs.ErrInvalidArgument.WithMessage("invalid output limits")
 
 // Keep says which end of an output a bounded window keeps.
 type Keep uint8

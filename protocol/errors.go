@@ -1,20 +1,21 @@
 package protocol
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/containerd/errdefs"
 )
 
 // The classes of frame errors; a *FrameError wraps exactly one of them.
 var (
 	// ErrMalformed: the line is not one JSON object of valid UTF-8 with unique keys.
-	ErrMalformed = errors.New("malformed frame")
+	ErrMalformed = errdefs.ErrInvalidArgument.WithMessage("malformed frame")
 	// ErrWrongEvent: the frame's event is not the one the decoder reads.
-	ErrWrongEvent = errors.New("wrong event")
+	ErrWrongEvent = errdefs.ErrInvalidArgument.WithMessage("wrong event")
 	// ErrBadField: a field is missing, of the wrong JSON type, or out of its range.
-	ErrBadField = errors.New("bad field")
+	ErrBadField = errdefs.ErrInvalidArgument.WithMessage("bad field")
 	// ErrVersion: a hello announces a protocol version this host does not speak.
-	ErrVersion = errors.New("protocol version mismatch")
+	ErrVersion = errdefs.ErrFailedPrecondition.WithMessage("protocol version mismatch")
 )
 
 // FrameError is the error of every encoder and decoder in this package. Frame names the

@@ -2,13 +2,14 @@ package settings
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/containerd/errdefs"
 )
 
 // ErrBadArgv reports a command line ParseArgv cannot split.
-var ErrBadArgv = errors.New("bad argv")
+var ErrBadArgv = errdefs.ErrInvalidArgument.WithMessage("bad argv")
 
 // ParseArgv splits a wrapper command given as one string (`kennel run --transport-argv`):
 // a JSON array of strings when it starts with "[", else words as a POSIX shell splits

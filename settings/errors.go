@@ -1,9 +1,10 @@
 package settings
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/containerd/errdefs"
 )
 
 // The error classes of the package. Every error it returns matches one of them with
@@ -12,16 +13,16 @@ var (
 	// ErrUnreadable: a settings file exists but cannot be read, is not a JSON object, has
 	// a duplicate key, is over MaxFileSize, or has a version this build does not know. A
 	// reader applies nothing from it; a writer writes nothing over it.
-	ErrUnreadable = errors.New("settings file unreadable")
+	ErrUnreadable = errdefs.ErrFailedPrecondition.WithMessage("settings file unreadable")
 	// ErrBadValue: a leaf whose value its setting does not hold (wrong type, out of range).
-	ErrBadValue = errors.New("bad value")
+	ErrBadValue = errdefs.ErrInvalidArgument.WithMessage("bad value")
 	// ErrUndeclared: a key no setting declares.
-	ErrUndeclared = errors.New("undeclared key")
+	ErrUndeclared = errdefs.ErrInvalidArgument.WithMessage("undeclared key")
 	// ErrWithheld: a project key not applied: the project is not trusted and the key runs
 	// code or sets a limit, or the key is global-only.
-	ErrWithheld = errors.New("withheld")
+	ErrWithheld = errdefs.ErrPermissionDenied.WithMessage("withheld")
 	// ErrScope: a writer asked to set a global-only key in a project file.
-	ErrScope = errors.New("global-only key")
+	ErrScope = errdefs.ErrInvalidArgument.WithMessage("global-only key")
 )
 
 // Problem is one leaf, key or file of a settings document that does not apply, and why.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+
+	"github.com/containerd/errdefs"
 )
 
 // LoadOptions says which files Load reads.
@@ -143,7 +145,7 @@ func trusts(list []string, dir string) bool {
 
 // ErrTransportUnknown reports that a settings file that could set kernelTransport could
 // not be read: the transport it names is unknown, so no kernel may start.
-var ErrTransportUnknown = errors.New("kernel transport unknown")
+var ErrTransportUnknown = errdefs.ErrFailedPrecondition.WithMessage("kernel transport unknown")
 
 // KernelTransport returns the kernelTransport in effect: nil means local kernels. It
 // fails closed: when a file that could set it is unreadable (the global file, or a

@@ -1,8 +1,9 @@
 package workspaces
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/containerd/errdefs"
 )
 
 // MaxFiles is the most files (and symlinks) an isolated workspace copies. A larger parent
@@ -13,19 +14,19 @@ const MaxFiles = 100_000
 var (
 	// ErrTooManyFiles: the parent holds more than the limit of files; the child must use
 	// the shared workspace mode. The error is a *TooManyFilesError.
-	ErrTooManyFiles = errors.New("too many files for an isolated workspace")
+	ErrTooManyFiles = errdefs.ErrFailedPrecondition.WithMessage("too many files for an isolated workspace")
 	// ErrInvalidID: a workspace id is empty, too long, or holds a character outside
 	// [A-Za-z0-9._-] (so never "/" nor "..").
-	ErrInvalidID = errors.New("invalid workspace id")
+	ErrInvalidID = errdefs.ErrInvalidArgument.WithMessage("invalid workspace id")
 	// ErrExists: a workspace with that parent and id exists already.
-	ErrExists = errors.New("workspace exists")
+	ErrExists = errdefs.ErrAlreadyExists.WithMessage("workspace exists")
 	// ErrNotDirectory: the parent path is not a directory.
-	ErrNotDirectory = errors.New("not a directory")
+	ErrNotDirectory = errdefs.ErrInvalidArgument.WithMessage("not a directory")
 	// ErrNotWorkspace: a path given as a workspace is not one this package made.
-	ErrNotWorkspace = errors.New("not a workspace")
+	ErrNotWorkspace = errdefs.ErrInvalidArgument.WithMessage("not a workspace")
 	// ErrUnsafePath: a listing named a path that is absolute, holds "." or "..", is
 	// empty, or lies under ".git".
-	ErrUnsafePath = errors.New("unsafe path in listing")
+	ErrUnsafePath = errdefs.ErrInvalidArgument.WithMessage("unsafe path in listing")
 )
 
 // TooManyFilesError reports a parent too large for an isolated workspace.

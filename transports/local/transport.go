@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containerd/errdefs"
-
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/transports"
@@ -19,12 +17,6 @@ import (
 
 // Name is the local transport's name, as in Info.Transport.
 const Name = "local"
-
-// ErrInvalidSpec is the class of a Spec the transport refuses before starting anything:
-// errdefs.ErrInvalidArgument, which every transport's refusals match.
-//
-// Deprecated: check errdefs.IsInvalidArgument (the refusal is a *transports.FieldError).
-var ErrInvalidSpec = errdefs.ErrInvalidArgument
 
 // Options configures a Transport. The zero value of every field is documented and usable.
 type Options struct {

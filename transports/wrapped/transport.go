@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/images"
@@ -28,12 +27,6 @@ const DefaultPath = kernelstart.DefaultPath
 
 // Name is the wrapped transport's name, as in Info.Transport.
 const Name = "wrapped"
-
-// ErrInvalidSpec is the class of a Spec or Options the transport refuses before starting
-// anything: errdefs.ErrInvalidArgument, which every transport's refusals match.
-//
-// Deprecated: check errdefs.IsInvalidArgument (the refusal is a *transports.FieldError).
-var ErrInvalidSpec = errdefs.ErrInvalidArgument
 
 // Options configures a Transport. The zero value of every field but ArgvPrefix is
 // documented and usable.
