@@ -62,10 +62,12 @@
 //
 // # Remote files
 //
-// A session whose workspace is [user@]host:/path keeps its files on that host: FS
-// serves its fs.read and fs.write requests over SFTP on the same connection, with the
-// same refusals as the local handlers (outside, not_found, binary, ...), resolving paths
-// with the server's real paths.
+// A session whose workspace is [user@]host:/path keeps its files on that host: FS is an
+// fsroot.Root over SFTP on the same connection, so fshost serves fs.read, fs.write,
+// fs.edit, fs.grep and fs.glob with the same answers and refusals as for local files (one
+// conformance table, fshost/fshosttest). Paths are resolved with the server's real paths,
+// a dangling symlink is followed by reading it, and anything leading outside the workspace
+// is refused; reads stream; FSOptions.ReadOnly refuses every change.
 //
 // # Test server
 //
