@@ -46,8 +46,8 @@
 // only fs.edit holds a whole file, up to 64 MiB (too_large beyond). Text means UTF-8
 // with no NUL byte in the first 8 KiB: fs.read and fs.edit refuse anything else with
 // code binary, fs.grep skips it. fs.grep and fs.glob list trees with the Root's WalkDir:
-// .git is skipped, symlinks are never entered, and a path map also skips what .gitignore
-// files ignore.
+// .git is skipped, symlinks are never entered, and what .gitignore files ignore is
+// skipped, locally and remotely alike (ignore.Walk, ignore.WalkFS).
 //
 // File names that are not valid UTF-8 cannot travel exactly in JSON: a reply naming one
 // carries U+FFFD in its place (encoding/json's rule), and a request cannot name one.

@@ -35,8 +35,8 @@ type GlobResult struct {
 // globCollectMax bounds how many matches fs.glob collects before sorting.
 const globCollectMax = 100_000
 
-// Glob serves fs.glob. The tree is listed by the Root's WalkDir (skipping .git, and
-// locally what .gitignore files ignore; never following symlinks), directories that
+// Glob serves fs.glob. The tree is listed by the Root's WalkDir (skipping .git and
+// what .gitignore files ignore; never following symlinks), directories that
 // cannot hold a match are not entered, and the matching entries come back as sorted
 // sandbox paths.
 func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {

@@ -54,7 +54,7 @@ type GrepResult struct {
 const grepMaxLine = 8 << 20
 
 // Grep serves fs.grep: a regexp search over the files of a tree (or one file), listed by
-// the Root's WalkDir (skipping .git, and locally what .gitignore files ignore; never
+// the Root's WalkDir (skipping .git and what .gitignore files ignore; never
 // following symlinks). Binary files (a NUL in the first 8 KiB, or invalid UTF-8) are
 // skipped. Files are read and searched by a small pool of workers, each file opened
 // again by the Root (Root.ReadFile: no symlink on the way).

@@ -61,6 +61,27 @@ func BenchmarkWalk10k(b *testing.B) {
 	b.ReportMetric(float64(n), "entries")
 }
 
+// BenchmarkWalkFS10k walks the same tree with WalkFS over os.DirFS: the
+// same rules, names resolved by path instead of descriptors.
+func BenchmarkWalkFS10k(b *testing.B) {
+	dir := buildBenchTree(b)
+	fsys := os.DirFS(dir)
+	ctx := context.Background()
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		n = 0
+		err := WalkFS(ctx, fsys, ".", func(rel string, d fs.DirEntry) error {
+			n++
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "entries")
+}
+
 // BenchmarkFilepathWalkDir10k is the baseline: a plain filepath.WalkDir of
 // the same tree, no ignore rules.
 func BenchmarkFilepathWalkDir10k(b *testing.B) {

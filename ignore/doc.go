@@ -1,5 +1,8 @@
 // Package ignore walks a directory tree the way git sees its untracked
 // files: it skips .git and whatever the tree's .gitignore files ignore.
+// Walk lists a local directory, through descriptors; WalkFS lists any
+// fs.FS (a remote tree over SFTP, an archive, fstest.MapFS) by the same
+// code, so both answer the same for the same tree.
 //
 // The rules are git's (gitignore(5), dir.c and wildmatch.c), checked
 // against git itself by this package's tests: each .gitignore applies to
@@ -24,6 +27,14 @@
 //		}
 //		return nil
 //	})
+//
+// The same over an fs.FS, from its top:
+//
+//	err := ignore.WalkFS(ctx, fsys, ".", func(rel string, d fs.DirEntry) error { ... })
+//
+// A .gitignore that is not a regular file (a symlink is not followed, as
+// in git; a FIFO is not opened) or is larger than MaxFileSize counts as
+// empty, and no more than MaxFileSize+1 bytes of one are read.
 //
 // Asking about one path (a grep hit, a glob result):
 //

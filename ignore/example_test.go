@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"testing/fstest"
 
 	"github.com/kennel-dev/kennel/ignore"
 )
@@ -41,4 +42,27 @@ func ExampleWalk() {
 	// src/.gitignore
 	// src/debug.log
 	// true false
+}
+
+func ExampleWalkFS() {
+	fsys := fstest.MapFS{
+		".gitignore":     {Data: []byte("*.log\n!keep.log\nbuild/\n")},
+		"main.py":        {},
+		"run.log":        {},
+		"keep.log":       {},
+		"build/out.o":    {},
+		"src/.gitignore": {Data: []byte("!debug.log\n")},
+		"src/debug.log":  {},
+	}
+	ignore.WalkFS(context.Background(), fsys, ".", func(rel string, d fs.DirEntry) error {
+		fmt.Println(rel)
+		return nil
+	})
+	// Output:
+	// .gitignore
+	// keep.log
+	// main.py
+	// src
+	// src/.gitignore
+	// src/debug.log
 }

@@ -20,7 +20,7 @@ import (
 // Each directory's .gitignore is read the first time a path below it is
 // asked about, then kept: later edits to it are not seen. A .gitignore that
 // cannot be read, is not a regular file (a symlink is not followed) or is
-// over 100 MiB counts as empty. A Matcher is safe for concurrent use.
+// larger than MaxFileSize counts as empty. A Matcher is safe for concurrent use.
 type Matcher struct {
 	root string
 

@@ -27,9 +27,11 @@ type pattern struct {
 	negate bool
 }
 
-// maxIgnoreFile is the largest .gitignore read; git (2.39+) ignores larger
-// ones with a warning, and so does this package.
-const maxIgnoreFile = 100 << 20
+// MaxFileSize is the largest .gitignore read, in bytes: a larger one (100
+// MiB or more) counts as empty and is not read, as git's dir.c skips a
+// pattern file of PATTERN_MAX_FILE_SIZE (100 MiB) or more with a warning.
+// (Older git, such as 2.39, reads any size: there, the two differ.)
+const MaxFileSize = 100<<20 - 1
 
 // parseIgnoreFile parses the contents of a .gitignore file as git does: a
 // UTF-8 BOM is skipped; lines end at '\n' and a '\r' before it is dropped;

@@ -12,8 +12,8 @@ import (
 
 // Generated trees and .gitignore files, from a small grammar that reaches
 // every rule (nesting, negation, anchoring, dir-only, "**", classes,
-// escapes, trailing spaces, comments), listed by Walk, by Matcher and by
-// git: all three must agree.
+// escapes, trailing spaces, comments), listed by Walk, by WalkFS over
+// os.DirFS, by Matcher and by git: all four must agree.
 
 var (
 	genDirName  = rapid.SampledFrom([]string{"a", "d", "e", "log", "x y"})
@@ -97,6 +97,9 @@ func TestWalkMatchesGitProperty(t *testing.T) {
 		want := gitFiles(rt, git, env, dir)
 		if got := walkFiles(rt, dir); !slices.Equal(got, want) {
 			rt.Fatalf("tree %q\nWalk files\n got %q\nwant %q (git ls-files)", specs, got, want)
+		}
+		if got := walkFSFiles(rt, dir); !slices.Equal(got, want) {
+			rt.Fatalf("tree %q\nWalkFS files\n got %q\nwant %q (git ls-files)", specs, got, want)
 		}
 		if got := matcherFiles(rt, dir); !slices.Equal(got, want) {
 			rt.Fatalf("tree %q\nMatcher files\n got %q\nwant %q (git ls-files)", specs, got, want)

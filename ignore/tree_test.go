@@ -138,6 +138,44 @@ func walkFiles(t tb, dir string) []string {
 	return files
 }
 
+// walkFSFiles is walkFiles for WalkFS over os.DirFS(dir), and checks that
+// WalkFS reports exactly what Walk reports, in the same order, with the
+// same types.
+func walkFSFiles(t tb, dir string) []string {
+	t.Helper()
+	type entry struct {
+		rel string
+		typ fs.FileMode
+	}
+	collect := func(walk func(fn func(rel string, d fs.DirEntry) error) error) []entry {
+		var all []entry
+		if err := walk(func(rel string, d fs.DirEntry) error {
+			all = append(all, entry{rel, d.Type()})
+			return nil
+		}); err != nil {
+			t.Fatalf("walk: %v", err)
+		}
+		return all
+	}
+	got := collect(func(fn func(rel string, d fs.DirEntry) error) error {
+		return WalkFS(context.Background(), os.DirFS(dir), ".", fn)
+	})
+	want := collect(func(fn func(rel string, d fs.DirEntry) error) error {
+		return Walk(context.Background(), dir, fn)
+	})
+	if !slices.Equal(got, want) {
+		t.Errorf("WalkFS entries\n got %v\nwant %v (Walk)", got, want)
+	}
+	var files []string
+	for _, e := range got {
+		if !e.typ.IsDir() {
+			files = append(files, e.rel)
+		}
+	}
+	slices.Sort(files)
+	return files
+}
+
 // compareWalkOrder orders slash paths as filepath.WalkDir visits them:
 // component by component.
 func compareWalkOrder(a, b string) int {

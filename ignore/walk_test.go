@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -113,6 +114,18 @@ var gitCases = []struct {
 	}},
 }
 
+// walkers are the two walks, over a local directory: Walk itself and
+// WalkFS over os.DirFS. Every behaviour test runs against both.
+var walkers = []struct {
+	name string
+	walk func(ctx context.Context, dir string, fn func(rel string, d fs.DirEntry) error) error
+}{
+	{"Walk", Walk},
+	{"WalkFS", func(ctx context.Context, dir string, fn func(rel string, d fs.DirEntry) error) error {
+		return WalkFS(ctx, os.DirFS(dir), ".", fn)
+	}},
+}
+
 func TestWalkMatchesGit(t *testing.T) {
 	git := needGit(t)
 	env := gitEnv(t)
@@ -123,6 +136,9 @@ func TestWalkMatchesGit(t *testing.T) {
 			want := gitFiles(t, git, env, dir)
 			if got := walkFiles(t, dir); !slices.Equal(got, want) {
 				t.Errorf("Walk files\n got %q\nwant %q (git ls-files)", got, want)
+			}
+			if got := walkFSFiles(t, dir); !slices.Equal(got, want) {
+				t.Errorf("WalkFS files\n got %q\nwant %q (git ls-files)", got, want)
 			}
 			if got := matcherFiles(t, dir); !slices.Equal(got, want) {
 				t.Errorf("Matcher files\n got %q\nwant %q (git ls-files)", got, want)
@@ -153,21 +169,23 @@ func TestWalkSymlinkNotFollowed(t *testing.T) {
 	outside := t.TempDir()
 	buildTree(t, outside, "file secret")
 	buildTree(t, dir, "symlink out "+outside, "symlink loop loop", "file a")
-	got := map[string]fs.FileMode{}
-	err := Walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
-		got[rel] = d.Type()
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]fs.FileMode{"a": 0, "loop": fs.ModeSymlink, "out": fs.ModeSymlink}
-	if len(got) != len(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s: type %v, want %v", k, got[k], v)
+	for _, w := range walkers {
+		got := map[string]fs.FileMode{}
+		err := w.walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
+			got[rel] = d.Type()
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		want := map[string]fs.FileMode{"a": 0, "loop": fs.ModeSymlink, "out": fs.ModeSymlink}
+		if len(got) != len(want) {
+			t.Fatalf("%s: got %v, want %v", w.name, got, want)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: %s: type %v, want %v", w.name, k, got[k], v)
+			}
 		}
 	}
 }
@@ -175,16 +193,18 @@ func TestWalkSymlinkNotFollowed(t *testing.T) {
 func TestWalkDotGitNeverEntered(t *testing.T) {
 	dir := t.TempDir()
 	buildTree(t, dir, "file .git/HEAD", "file .git/objects/x", "file a/.git/config", "file a/b", "file .gitx/y")
-	var got []string
-	err := Walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
-		got = append(got, rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{".gitx", ".gitx/y", "a", "a/b"}; !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
+	for _, w := range walkers {
+		var got []string
+		err := w.walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
+			got = append(got, rel)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", w.name, err)
+		}
+		if want := []string{".gitx", ".gitx/y", "a", "a/b"}; !slices.Equal(got, want) {
+			t.Errorf("%s: got %q, want %q", w.name, got, want)
+		}
 	}
 	m := New(dir)
 	for _, p := range []string{".git", ".git/HEAD", "a/.git/config"} {
@@ -197,9 +217,15 @@ func TestWalkDotGitNeverEntered(t *testing.T) {
 func TestWalkOrderAndSkip(t *testing.T) {
 	dir := t.TempDir()
 	buildTree(t, dir, "file a/1", "file a/2", "file a.txt", "file b/x/1", "file b/y", "file c/1", "file c/2", "file c/3", "file d")
+	for _, w := range walkers {
+		t.Run(w.name, func(t *testing.T) { testOrderAndSkip(t, dir, w.walk) })
+	}
+}
+
+func testOrderAndSkip(t *testing.T, dir string, walk func(context.Context, string, func(string, fs.DirEntry) error) error) {
 	collect := func(fn func(rel string, d fs.DirEntry) error) ([]string, error) {
 		var got []string
-		err := Walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
+		err := walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
 			got = append(got, rel)
 			return fn(rel, d)
 		})
@@ -255,20 +281,22 @@ func TestWalkOrderAndSkip(t *testing.T) {
 func TestWalkContextCancel(t *testing.T) {
 	dir := t.TempDir()
 	buildTree(t, dir, "file a/1", "file b/1", "file c/1")
-	ctx, cancel := context.WithCancel(context.Background())
-	n := 0
-	err := Walk(ctx, dir, func(rel string, d fs.DirEntry) error {
-		n++
-		if rel == "a" {
-			cancel()
+	for _, w := range walkers {
+		ctx, cancel := context.WithCancel(context.Background())
+		n := 0
+		err := w.walk(ctx, dir, func(rel string, d fs.DirEntry) error {
+			n++
+			if rel == "a" {
+				cancel()
+			}
+			return nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: err = %v, want context.Canceled", w.name, err)
 		}
-		return nil
-	})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	if n != 1 {
-		t.Errorf("fn called %d times after cancel at the first entry, want 1", n)
+		if n != 1 {
+			t.Errorf("%s: fn called %d times after cancel at the first entry, want 1", w.name, n)
+		}
 	}
 }
 
@@ -284,6 +312,22 @@ func TestWalkErrors(t *testing.T) {
 	if err == nil || called {
 		t.Errorf("root is a file: err %v, called %v; want an error and no call", err, called)
 	}
+
+	fsys := os.DirFS(dir)
+	err = WalkFS(context.Background(), fsys, "missing", func(string, fs.DirEntry) error { called = true; return nil })
+	if !errors.Is(err, fs.ErrNotExist) || called {
+		t.Errorf("WalkFS missing root: %v, called %v; want fs.ErrNotExist and no call", err, called)
+	}
+	err = WalkFS(context.Background(), fsys, "f", func(string, fs.DirEntry) error { called = true; return nil })
+	if err == nil || called {
+		t.Errorf("WalkFS root is a file: err %v, called %v; want an error and no call", err, called)
+	}
+	for _, root := range []string{"", "/", "../x", "a/../f", "./f", "f/"} {
+		err = WalkFS(context.Background(), fsys, root, func(string, fs.DirEntry) error { called = true; return nil })
+		if !errors.Is(err, fs.ErrInvalid) || called {
+			t.Errorf("WalkFS root %q: %v, called %v; want fs.ErrInvalid and no call", root, err, called)
+		}
+	}
 }
 
 func TestWalkTooDeep(t *testing.T) {
@@ -296,9 +340,11 @@ func TestWalkTooDeep(t *testing.T) {
 		p = filepath.Join(p, strings.Repeat("d/", n))
 		mustMkdir(t, p)
 	}
-	err := Walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
-	if !errors.Is(err, ErrTooDeep) {
-		t.Fatalf("err = %v, want ErrTooDeep", err)
+	for _, w := range walkers {
+		err := w.walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
+		if !errors.Is(err, ErrTooDeep) {
+			t.Fatalf("%s: err = %v, want ErrTooDeep", w.name, err)
+		}
 	}
 }
 
@@ -311,20 +357,22 @@ func TestWalkUnreadableGitignore(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, ".gitignore"), 0); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		if os.Geteuid() == 0 {
-			// The thread stays locked: it ends with this goroutine, capabilities dropped.
-			runtime.LockOSThread()
-			if err := dropFileCapabilities(); err != nil {
-				done <- fmt.Errorf("drop capabilities: %w", err)
-				return
+	for _, w := range walkers {
+		done := make(chan error, 1)
+		go func() {
+			if os.Geteuid() == 0 {
+				// The thread stays locked: it ends with this goroutine, capabilities dropped.
+				runtime.LockOSThread()
+				if err := dropFileCapabilities(); err != nil {
+					done <- fmt.Errorf("drop capabilities: %w", err)
+					return
+				}
 			}
+			done <- w.walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
+		}()
+		if err := <-done; !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("%s: err = %v, want fs.ErrPermission", w.name, err)
 		}
-		done <- Walk(context.Background(), dir, func(string, fs.DirEntry) error { return nil })
-	}()
-	if err := <-done; !errors.Is(err, fs.ErrPermission) {
-		t.Errorf("err = %v, want fs.ErrPermission", err)
 	}
 }
 
@@ -346,8 +394,28 @@ func TestWalkFIFOGitignore(t *testing.T) {
 	if err := mkfifo(filepath.Join(dir, ".gitignore")); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	if got, want := walkFiles(t, dir), []string{".gitignore", "x"}; !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
+	for _, w := range walkers {
+		type result struct {
+			files []string
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			r.err = w.walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
+				r.files = append(r.files, rel)
+				return nil
+			})
+			done <- r
+		}()
+		select {
+		case r := <-done:
+			if want := []string{".gitignore", "x"}; r.err != nil || !slices.Equal(r.files, want) {
+				t.Errorf("%s: got %q, %v; want %q", w.name, r.files, r.err, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s blocked on a FIFO .gitignore", w.name)
+		}
 	}
 }
 

@@ -16,7 +16,10 @@
 // The tree lives in a temporary directory: the served directory ws (the session's
 // working directory) beside a directory outside it that holds a sentinel file; symlinks
 // in ws lead out. Every escape must be refused with code outside (version transport@1)
-// and leave the outside directory as it was.
+// and leave the outside directory as it was. A third directory, ig, is served on its own
+// to check that fs.grep and fs.glob skip what its .gitignore files ignore (nested files,
+// negation, anchored and directory rules) and that a symlinked, FIFO or oversized
+// .gitignore counts for nothing, as git decides.
 package fshosttest
 
 import (
@@ -31,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/ignore"
 )
 
 // Handler serves fs.* requests as the controller calls its host handler.
@@ -48,8 +52,10 @@ type Served struct {
 }
 
 // Open makes an implementation serve the host directory dir as the session's working
-// directory, refusing every change below it when readOnly. It is called twice per run
-// (read-write, then read-only) over the same tree; it registers its own cleanup.
+// directory, refusing every change below it when readOnly. It is called three times per
+// run: over ws read-only, then read-write, then over ig (read-only), whose .gitignore
+// files must hide what they ignore from fs.grep and fs.glob; it registers its own
+// cleanup.
 type Open func(t *testing.T, dir string, readOnly bool) Served
 
 // row is one request and its answer. want is the JSON result with "$W" for the served
@@ -58,9 +64,13 @@ type row struct {
 	typ, args, want string
 }
 
-// The tree: ws is served, outside is not. link is a symlink's target ("$BASE" is the
-// temporary directory), or "|fifo" for a named pipe.
-var tree = []struct{ path, content, link string }{
+// The tree: ws is served, outside is not; ig, served on its own, holds .gitignore files.
+// link is a symlink's target ("$BASE" is the temporary directory), or "|fifo" for a
+// named pipe; size, when set, extends the file to that many bytes with a hole.
+var tree = []struct {
+	path, content, link string
+	size                int64
+}{
 	{path: "ws/a.txt", content: "one\ntwo\nthree\n"},
 	{path: "ws/sub/b.go", content: "package b\nneedle one\n"},
 	{path: "ws/sub/deep/c.txt", content: "x\nneedle two\n"},
@@ -78,6 +88,38 @@ var tree = []struct{ path, content, link string }{
 	{path: "ws/odd/dlink", link: "made.txt"},
 	{path: "ws/odd/fifo", link: "|fifo"},
 	{path: "outside/secret", content: "SENTINEL\n"},
+
+	// Every rule kind, nested: the listing of ig is git's (git ls-files -co
+	// --exclude-standard), whichever implementation walks it. (git itself blocks on the
+	// FIFO, and git before dir.c's PATTERN_MAX_FILE_SIZE reads the oversized file.)
+	{path: "ig/.gitignore", content: "*.log\n!keep.log\nbuild/\n/top.txt\nlinkdir/\n/huge/.gitignore\n"},
+	{path: "ig/.git/info/exclude", content: "a.txt\n"}, // never applies
+	{path: "ig/a.txt", content: "needle a\n"},
+	{path: "ig/top.txt", content: "needle top\n"},        // /top.txt: ignored here only
+	{path: "ig/x.log", content: "needle log\n"},          // *.log
+	{path: "ig/keep.log", content: "needle keep\n"},      // !keep.log
+	{path: "ig/build/out.txt", content: "needle out\n"},  // build/: never entered
+	{path: "ig/build/.gitignore", content: "!out.txt\n"}, // so this cannot re-include
+	{path: "ig/linkdir", link: "src"},                    // linkdir/: a symlink is no directory
+	{path: "ig/src/.gitignore", content: "!x.log\n*.tmp\ngen/\n"},
+	{path: "ig/src/build", content: "needle src build\n"}, // a file: build/ is for directories
+	{path: "ig/src/top.txt", content: "needle src top\n"}, // not at the root
+	{path: "ig/src/x.log", content: "needle src x\n"},     // re-included by src/.gitignore
+	{path: "ig/src/y.log", content: "needle src y\n"},
+	{path: "ig/src/z.tmp", content: "needle src z\n"},
+	{path: "ig/src/gen/g.txt", content: "needle gen\n"},
+	{path: "ig/lib/.gitignore", content: "*\n!*/\n!*.py\n"}, // everything but directories and *.py
+	{path: "ig/lib/a.py", content: "needle lib a\n"},
+	{path: "ig/lib/b.txt", content: "needle lib b\n"},
+	{path: "ig/lib/sub/c.py", content: "needle lib c\n"},
+	{path: "ig/lib/sub/d.md", content: "needle lib d\n"},
+	{path: "ig/sym/.gitignore", link: "../src/.gitignore"}, // a symlinked .gitignore is not followed
+	{path: "ig/sym/z.tmp", content: "needle sym z\n"},
+	{path: "ig/fifo/.gitignore", link: "|fifo"}, // never opened: no rules
+	{path: "ig/fifo/f.txt", content: "needle fifo\n"},
+	// Over ignore.MaxFileSize (a hole, nothing stored): no rules, "*" unread.
+	{path: "ig/huge/.gitignore", content: "*\n", size: ignore.MaxFileSize + 1},
+	{path: "ig/huge/h.txt", content: "needle huge\n"},
 }
 
 // readWrite is the table for a read-write directory, in order: later rows see what
@@ -185,6 +227,29 @@ var readOnly = []row{
 	{"fs.glob", `{"pattern": "sub/**/*.txt"}`, `{"paths":["$W/sub/deep/c.txt"],"truncated":false}`},
 }
 
+// gitignore is the table for ig, a read-only directory whose .gitignore files decide
+// what fs.grep and fs.glob see, as git decides a tree's untracked files: nested files,
+// negation, anchored and directory rules; .git/info/exclude, a symlinked, a FIFO or an
+// oversized .gitignore count for nothing.
+var gitignore = []row{
+	{"fs.glob", `{"pattern": "**/*"}`, `{"paths":[` +
+		`"$W/.gitignore","$W/a.txt","$W/fifo/.gitignore","$W/fifo/f.txt","$W/huge/h.txt","$W/keep.log","$W/lib/a.py",` +
+		`"$W/lib/sub/c.py","$W/linkdir","$W/src/.gitignore","$W/src/build","$W/src/top.txt","$W/src/x.log",` +
+		`"$W/sym/.gitignore","$W/sym/z.tmp"],"truncated":false}`},
+	{"fs.grep", `{"pattern": "needle"}`, `{"matches":[` +
+		`{"path":"$W/a.txt","line":1,"text":"needle a"},{"path":"$W/fifo/f.txt","line":1,"text":"needle fifo"},` +
+		`{"path":"$W/huge/h.txt","line":1,"text":"needle huge"},{"path":"$W/keep.log","line":1,"text":"needle keep"},` +
+		`{"path":"$W/lib/a.py","line":1,"text":"needle lib a"},{"path":"$W/lib/sub/c.py","line":1,"text":"needle lib c"},` +
+		`{"path":"$W/src/build","line":1,"text":"needle src build"},{"path":"$W/src/top.txt","line":1,"text":"needle src top"},` +
+		`{"path":"$W/src/x.log","line":1,"text":"needle src x"},{"path":"$W/sym/z.tmp","line":1,"text":"needle sym z"}],` +
+		`"truncated":false,"files":12}`},
+	{"fs.grep", `{"pattern": "needle", "glob": "*.log"}`, `{"matches":[` +
+		`{"path":"$W/keep.log","line":1,"text":"needle keep"},{"path":"$W/src/x.log","line":1,"text":"needle src x"}],"truncated":false,"files":2}`},
+	{"fs.glob", `{"pattern": "src/*"}`, `{"paths":["$W/src/.gitignore","$W/src/build","$W/src/top.txt","$W/src/x.log"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "lib/**"}`, `{"paths":["$W/lib/a.py","$W/lib/sub/c.py"],"truncated":false}`},
+	{"fs.glob", `{"pattern": "build/*"}`, `{"paths":[],"truncated":false}`},
+}
+
 // Run builds the tree and runs the read-write table, then the read-only one, against the
 // implementation open makes.
 func Run(t *testing.T, open Open) {
@@ -205,11 +270,15 @@ func Run(t *testing.T, open Open) {
 			must(t, os.Symlink(strings.ReplaceAll(e.link, "$BASE", base), p))
 		default:
 			must(t, os.WriteFile(p, []byte(e.content), 0o644))
+			if e.size > 0 {
+				must(t, os.Truncate(p, e.size))
+			}
 		}
 	}
 	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
 	t.Run("ReadOnly", func(t *testing.T) { runTable(t, open(t, ws, true), readOnly, outside) })
 	t.Run("ReadWrite", func(t *testing.T) { runTable(t, open(t, ws, false), readWrite, outside) })
+	t.Run("Gitignore", func(t *testing.T) { runTable(t, open(t, filepath.Join(base, "ig"), true), gitignore, outside) })
 }
 
 // runTable sends every row in order and compares the answers.

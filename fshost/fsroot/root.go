@@ -52,7 +52,7 @@ type Root interface {
 	// WalkDir lists the tree at unsafePath (symlinks followed to it) as the sandbox's
 	// tools see it: each directory's names in byte order, a directory before what it
 	// holds, symlinks reported as themselves and never entered, .git never reported or
-	// entered (the local implementation also skips what .gitignore files ignore). A
+	// entered nor anything the tree's .gitignore files ignore (git's rules, package ignore; only the .gitignore files at or below the walked directory count). A
 	// file yields itself as the one entry (Rel is its name). fs.SkipDir from fn skips a
 	// directory (or, on a file, the rest of its directory); fs.SkipAll ends the walk
 	// with nil; any other error ends it and is returned. ErrNotFound when nothing is at

@@ -67,7 +67,8 @@
 // fs.edit, fs.grep and fs.glob with the same answers and refusals as for local files (one
 // conformance table, fshost/fshosttest). Paths are resolved with the server's real paths,
 // a dangling symlink is followed by reading it, and anything leading outside the workspace
-// is refused; reads stream; FSOptions.ReadOnly refuses every change.
+// is refused; reads stream; FSOptions.ReadOnly refuses every change. fs.grep and fs.glob skip .git
+// and what .gitignore files ignore, by the same walk as local files (ignore.WalkFS).
 //
 // # Test server
 //

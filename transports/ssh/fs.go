@@ -18,6 +18,7 @@ import (
 
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/fshost/fsroot"
+	"github.com/kennel-dev/kennel/ignore"
 )
 
 // ParseWorkspace splits a remote workspace "[user@]host:/path" into its target and its
@@ -63,7 +64,10 @@ type FSOptions struct {
 // swapped in between the check and the open on the host can still redirect that one
 // open, and a FIFO swapped in for a regular file blocks the SFTP session. A kernel on the
 // host can do that only to files it can already reach by itself, since it runs there as
-// the same user. WalkDir skips .git but does not apply .gitignore files.
+// the same user. WalkDir skips .git and what .gitignore files ignore, as the local path
+// map does; a directory (or .gitignore) swapped for a symlink after it was listed is
+// listed (or read) where the symlink leads, and ReadFile still refuses what is not at its
+// listed real path.
 type FS struct {
 	c        *sftp.Client
 	root     string // the workspace's real path on the host
@@ -256,70 +260,114 @@ func (f *FS) Rename(ctx context.Context, cwd, oldPath, newPath string) error {
 	return nil
 }
 
-// WalkDir lists the tree at unsafePath with SFTP readdir: names in byte order, .git
-// skipped, symlinks reported and not entered (fsroot.Root).
+// WalkDir lists the tree at unsafePath over SFTP with ignore.WalkFS, the walk the local
+// path map makes with ignore.Walk: names in byte order, .git skipped, what the tree's
+// .gitignore files ignore skipped (the same rules, the same MaxFileSize bound on a
+// .gitignore), symlinks reported and not entered (fsroot.Root). The walk reads a
+// .gitignore only when the server lists it as a regular file; see FS for the races that
+// remain.
 func (f *FS) WalkDir(ctx context.Context, cwd, unsafePath string, fn func(fsroot.Entry) error) error {
+	const op = "walk"
 	r, err := f.resolve(ctx, cwd, unsafePath, false)
 	if err != nil {
 		return err
 	}
 	p := r.info.Path
 	if !r.info.Exists {
-		return fsroot.NewError("walk", p, fsroot.ErrNotFound, nil)
+		return fsroot.NewError(op, p, fsroot.ErrNotFound, nil)
 	}
 	if !r.info.IsDir() {
 		err = fn(fsroot.Entry{Path: p, Rel: path.Base(p), Type: r.info.Type})
-	} else {
-		err = f.walk(ctx, p, "", 0, fn)
-	}
-	if err == fs.SkipAll || err == fs.SkipDir {
-		return nil
-	}
-	return err
-}
-
-// maxWalkDepth is the deepest directory WalkDir enters, as ignore.MaxDepth.
-const maxWalkDepth = 1024
-
-// walk lists the directory dir (at rel below the walk's root, depth deep).
-func (f *FS) walk(ctx context.Context, dir, rel string, depth int, fn func(fsroot.Entry) error) error {
-	if err := ctx.Err(); err != nil {
+		if err == fs.SkipAll || err == fs.SkipDir {
+			return nil
+		}
 		return err
 	}
-	if depth > maxWalkDepth {
-		return fsroot.NewError("walk", dir, fsroot.ErrInvalid, errors.New("directory tree too deep"))
+	var fnErr error // what fn returned to end the walk: returned as is
+	err = ignore.WalkFS(ctx, sftpFS{ctx: ctx, c: f.c, dir: p}, ".", func(rel string, d fs.DirEntry) error {
+		err := fn(fsroot.Entry{Path: join(p, rel), Rel: rel, Type: d.Type()})
+		if err != nil && err != fs.SkipDir && err != fs.SkipAll {
+			fnErr = err
+		}
+		return err
+	})
+	var pe *fs.PathError
+	switch {
+	case err == nil:
+		return nil
+	case fnErr != nil && err == fnErr:
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ignore.ErrTooDeep):
+		return fsroot.NewError(op, p, fsroot.ErrInvalid, ignore.ErrTooDeep)
+	case errors.As(err, &pe) && path.IsAbs(pe.Path):
+		return sftpErr(op, pe.Path, pe.Err) // the directory or .gitignore that failed
 	}
-	ents, err := f.c.ReadDirContext(ctx, dir)
+	return sftpErr(op, p, err)
+}
+
+// sftpFS is the tree below the host directory dir as an fs.FS (and fs.ReadDirFS) for
+// ignore.WalkFS: a name is a slash path below dir, opened or listed by the server as
+// given (it follows symlinks on the way; the walk enters only what it listed as a
+// directory). It carries the context of the one walk it serves, because fs.FS methods
+// take none: a listing in progress ends when ctx does. Errors are *fs.PathError naming
+// the host path.
+type sftpFS struct {
+	ctx context.Context
+	c   *sftp.Client
+	dir string
+}
+
+// path is the host path of the fs.FS name.
+func (s sftpFS) path(op, name string) (string, error) {
+	if !fs.ValidPath(name) {
+		return "", &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if name == "." {
+		return s.dir, nil
+	}
+	return join(s.dir, name), nil
+}
+
+// Open opens name for reading (fs.FS): an *sftp.File, whose Stat is an fstat.
+func (s sftpFS) Open(name string) (fs.File, error) {
+	p, err := s.path("open", name)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return sftpErr("walk", dir, err)
+		return nil, err
 	}
-	slices.SortFunc(ents, func(a, b os.FileInfo) int { return strings.Compare(a.Name(), b.Name()) })
-	for _, fi := range ents {
-		name := fi.Name()
-		if name == ".git" || name == "." || name == ".." {
-			continue
+	if err := s.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	file, err := s.c.Open(p)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
+	}
+	return file, nil
+}
+
+// ReadDir lists the directory name with SFTP readdir, sorted by name (fs.ReadDirFS). The
+// entries' types and Info are the server's lstat of each, sent with the listing.
+func (s sftpFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	p, err := s.path("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	fis, err := s.c.ReadDirContext(s.ctx, p)
+	if err != nil {
+		if s.ctx.Err() != nil {
+			err = s.ctx.Err()
 		}
-		e := fsroot.Entry{Path: join(dir, name), Rel: name, Type: fi.Mode().Type()}
-		if rel != "" {
-			e.Rel = rel + "/" + name
-		}
-		if err := fn(e); err == fs.SkipDir && e.Type.IsDir() {
-			continue
-		} else if err == fs.SkipDir {
-			return nil // on a file: the rest of dir is skipped
-		} else if err != nil {
-			return err
-		}
-		if e.Type.IsDir() {
-			if err := f.walk(ctx, e.Path, e.Rel, depth+1, fn); err != nil {
-				return err
-			}
+		return nil, &fs.PathError{Op: "readdir", Path: p, Err: err}
+	}
+	ents := make([]fs.DirEntry, 0, len(fis))
+	for _, fi := range fis {
+		if n := fi.Name(); n != "." && n != ".." && n != "" && !strings.Contains(n, "/") {
+			ents = append(ents, fs.FileInfoToDirEntry(fi))
 		}
 	}
-	return nil
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, nil
 }
 
 // ReadFile reads the regular file a walk listed, at most max bytes: e.Path must be a

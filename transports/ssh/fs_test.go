@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,8 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/fshost/fshosttest"
+	"github.com/kennel-dev/kennel/fshost/fsroot"
+	"github.com/kennel-dev/kennel/ignore"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
@@ -203,4 +208,86 @@ func heapBytes() uint64 {
 	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// A remote WalkDir ends as fsroot.Root says: fn's error is returned as is, fs.SkipAll is
+// a nil error, a context ended mid-walk is its error, a directory gone between its
+// listing and its walk is not_found naming it, and a tree deeper than ignore.MaxDepth is
+// invalid.
+func TestRemoteWalkDirEnds(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	ws := filepath.Join(srv.Dir, "walk")
+	deep := filepath.Join(ws, "deep", strings.Repeat("d/", ignore.MaxDepth+1))
+	for _, err := range []error{
+		os.MkdirAll(filepath.Join(ws, "a"), 0o755),
+		os.MkdirAll(filepath.Join(ws, "b", "c"), 0o755),
+		os.WriteFile(filepath.Join(ws, "a", "1"), nil, 0o644),
+		os.WriteFile(filepath.Join(ws, "b", "c", "2"), nil, 0o644),
+		os.MkdirAll(deep, 0o755),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys, err := hosts.OpenFS(testCtx(t), sshtest.Alias+":"+ws, ssh.FSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	ctx := testCtx(t)
+	top := fsys.Root()
+
+	boom := errors.New("boom")
+	var seen []string
+	err = fsys.WalkDir(ctx, "", ".", func(e fsroot.Entry) error {
+		seen = append(seen, e.Rel)
+		if e.Rel == "a/1" {
+			return boom
+		}
+		return nil
+	})
+	if err != boom || !slices.Equal(seen, []string{"a", "a/1"}) {
+		t.Errorf("fn's error: got %v after %q; want boom itself after [a a/1]", err, seen)
+	}
+
+	seen = nil
+	err = fsys.WalkDir(ctx, "", ".", func(e fsroot.Entry) error {
+		seen = append(seen, e.Rel)
+		if e.Rel == "b" {
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(seen, []string{"a", "a/1", "b"}) {
+		t.Errorf("fs.SkipAll: got %v after %q; want nil after [a a/1 b]", err, seen)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	err = fsys.WalkDir(cctx, "", ".", func(e fsroot.Entry) error {
+		if e.Rel == "a" {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("context ended mid-walk: %v, want context.Canceled", err)
+	}
+
+	err = fsys.WalkDir(ctx, "", "b", func(e fsroot.Entry) error {
+		if e.Rel == "c" {
+			return os.RemoveAll(filepath.Join(ws, "b", "c")) // listed, now gone
+		}
+		return nil
+	})
+	if !errors.Is(err, fsroot.ErrNotFound) || !strings.Contains(err.Error(), top+"/b/c") {
+		t.Errorf("directory gone: %v, want not_found naming %s/b/c", err, top)
+	}
+
+	start := time.Now()
+	err = fsys.WalkDir(ctx, "", "deep", func(fsroot.Entry) error { return nil })
+	if !errors.Is(err, fsroot.ErrInvalid) || !errors.Is(err, ignore.ErrTooDeep) {
+		t.Errorf("too deep: %v, want invalid (ignore.ErrTooDeep)", err)
+	}
+	t.Logf("a remote walk of a tree deeper than ignore.MaxDepth ended in %v", time.Since(start))
 }
