@@ -7,8 +7,9 @@ type HostStatus string
 // Status values, same spelling); the first two are the daemon's own.
 const (
 	// HostUnknown: the daemon holds no answer for the host and no probe of it runs (never
-	// probed, or its record was dropped to make room). Reading the state never probes:
-	// POST /hosts/{host}/probe does.
+	// probed, or its record was dropped to make room), and its ssh connections hold no
+	// fresh answer of their own (a session's start probes its host). Reading the state
+	// never probes: POST /hosts/{host}/probe does.
 	HostUnknown HostStatus = "unknown"
 	// HostProbing: a probe of the host is in flight; poll until the status is another.
 	HostProbing HostStatus = "probing"

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,11 +30,20 @@ const maxHostRecords = 256
 // hostProbes serves GET /hosts and POST /hosts/{host}/probe from the ssh connections of
 // the daemon's Kit: a record per resolved host (ssh.Target.Key) of its last answer and
 // whether a probe of it runs. A probe in flight is joined, never started twice; a read
-// never starts one. It is safe for concurrent use.
+// never starts one, and answers, for a host the daemon holds no newer answer of, what
+// the Kit's Hosts probed on its own (ssh.Hosts.Cached: a session's start). The probes
+// run until close, which ends those in flight. It is safe for concurrent use.
 type hostProbes struct {
 	kit func() *launch.Kit // the daemon's Kit, read at each request
 
+	// life is the context the probes run under: close ends it (its cause
+	// errProbesEnded), so no probe outlives the server.
+	life    context.Context
+	endLife context.CancelCauseFunc
+	running sync.WaitGroup // the probes in flight
+
 	mu      sync.Mutex
+	closed  bool // close was called: no probe starts
 	records map[string]*hostRecord
 }
 
@@ -46,8 +54,25 @@ type hostRecord struct {
 	last    *ssh.Probe // the last answer; nil before the first
 }
 
+// errProbesEnded is why the host probes in flight at shutdown end (a cause, not a
+// class: the probe's error is ssh.ErrUnreachable).
+var errProbesEnded = errors.New("the daemon is shutting down")
+
 func newHostProbes(kit func() *launch.Kit) *hostProbes {
-	return &hostProbes{kit: kit, records: map[string]*hostRecord{}}
+	hp := &hostProbes{kit: kit, records: map[string]*hostRecord{}}
+	hp.life, hp.endLife = context.WithCancelCause(context.Background())
+	return hp
+}
+
+// close ends the probes in flight (each records an unreachable answer naming the
+// shutdown) and waits for their ends; a probe asked for afterwards is refused (503
+// unavailable). It may be called more than once.
+func (hp *hostProbes) close() {
+	hp.mu.Lock()
+	hp.closed = true
+	hp.mu.Unlock()
+	hp.endLife(errProbesEnded)
+	hp.running.Wait()
 }
 
 // resolve returns the daemon's ssh hosts and unsafeTarget resolved through their ssh
@@ -68,24 +93,32 @@ func (hp *hostProbes) resolve(unsafeTarget string) (*ssh.Hosts, ssh.Target, erro
 	return hosts, t, nil
 }
 
-// state returns the daemon's state of unsafeTarget without probing it.
+// state returns the daemon's state of unsafeTarget without probing it: probing while a
+// probe of the daemon's runs, else the newer of the daemon's last answer and the fresh
+// answer the Kit's Hosts holds (ssh.Hosts.Cached), else unknown.
 func (hp *hostProbes) state(unsafeTarget string) (api.HostState, error) {
-	_, t, err := hp.resolve(unsafeTarget)
+	hosts, t, err := hp.resolve(unsafeTarget)
 	if err != nil {
 		return api.HostState{}, err
 	}
+	cached, ok := hosts.Cached(unsafeTarget)
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
 	rec := hp.records[t.Key()]
-	if rec == nil {
-		return api.HostState{Target: t.String(), Status: api.HostUnknown}, nil
+	switch {
+	case rec != nil && rec.running:
+		return rec.state(), nil
+	case rec != nil && rec.last != nil && (!ok || !cached.At.After(rec.last.At)):
+		return rec.state(), nil
+	case ok:
+		return HostState(cached), nil
 	}
-	return rec.state(), nil
+	return api.HostState{Target: t.String(), Status: api.HostUnknown}, nil
 }
 
 // probe starts a probe of unsafeTarget, or joins the one in flight, and returns the
 // host's state (probing).
-func (hp *hostProbes) probe(ctx context.Context, unsafeTarget string) (api.HostState, error) {
+func (hp *hostProbes) probe(unsafeTarget string) (api.HostState, error) {
 	hosts, t, err := hp.resolve(unsafeTarget)
 	if err != nil {
 		return api.HostState{}, err
@@ -93,6 +126,10 @@ func (hp *hostProbes) probe(ctx context.Context, unsafeTarget string) (api.HostS
 	key := t.Key()
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
+	if hp.closed {
+		return api.HostState{}, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
+			Message: fmt.Sprintf("probe %s: %v", t, errProbesEnded)}
+	}
 	rec := hp.records[key]
 	if rec == nil {
 		if !hp.makeRoom() {
@@ -105,15 +142,18 @@ func (hp *hostProbes) probe(ctx context.Context, unsafeTarget string) (api.HostS
 	rec.target = t.String()
 	if !rec.running {
 		rec.running = true
-		// The probe is every caller's: no one request's end cancels it.
-		go hp.run(context.WithoutCancel(ctx), hosts, unsafeTarget, rec)
+		hp.running.Add(1)
+		// The probe is every caller's: no one request's end cancels it; close does.
+		go hp.run(hosts, unsafeTarget, rec)
 	}
 	return rec.state(), nil
 }
 
-// run probes target within HostProbeTimeout and records the answer in rec.
-func (hp *hostProbes) run(ctx context.Context, hosts *ssh.Hosts, target string, rec *hostRecord) {
-	ctx, cancel := context.WithTimeout(ctx, HostProbeTimeout)
+// run probes target within HostProbeTimeout (or until close) and records the answer in
+// rec.
+func (hp *hostProbes) run(hosts *ssh.Hosts, target string, rec *hostRecord) {
+	defer hp.running.Done()
+	ctx, cancel := context.WithTimeout(hp.life, HostProbeTimeout)
 	defer cancel()
 	p := hosts.Probe(ctx, target)
 	hp.mu.Lock()
@@ -174,7 +214,7 @@ func (hp *hostProbes) handleGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (hp *hostProbes) handleProbe(w http.ResponseWriter, r *http.Request) {
-	st, err := hp.probe(r.Context(), r.PathValue("host"))
+	st, err := hp.probe(r.PathValue("host"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -197,7 +237,7 @@ func HostState(p ssh.Probe) api.HostState {
 		st.Hint = safeHint(p.Hint)
 	}
 	if p.Status == ssh.StatusNeedsAuth {
-		st.SignIn = signIn(p.Target)
+		st.SignIn = ssh.SignIn(p.Target)
 	}
 	if !p.At.IsZero() {
 		ttl := ssh.ReadyTTL
@@ -238,38 +278,4 @@ func safeHint(unsafeText string) string {
 		tail++
 	}
 	return s[:head] + hintEllipsis + s[tail:]
-}
-
-// signIn is the ssh command that signs in to target ("user@host:port") by hand, quoted
-// for a POSIX shell; "" when target does not parse.
-func signIn(target string) string {
-	user, host, port, err := ssh.ParseTarget(target)
-	if err != nil {
-		return ""
-	}
-	dest := host
-	if user != "" {
-		dest = user + "@" + host
-	}
-	cmd := "ssh"
-	if port != 0 && port != 22 {
-		cmd += " -p " + strconv.Itoa(port)
-	}
-	return cmd + " " + shellQuote(dest)
-}
-
-// shellQuote quotes s as one word of a POSIX shell: as it is when it holds only
-// characters no shell treats specially, else in single quotes.
-func shellQuote(s string) string {
-	safe := s != ""
-	for _, r := range s {
-		if !(r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./_-", r))) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/transports/ssh"
@@ -27,6 +28,7 @@ type hostsDaemon struct {
 	r   *running
 	v   *validator
 	srv *sshtest.Server
+	kit *launch.Kit // the daemon's Kit (the test's, closed after the daemon)
 	// closedPort is a loopback port nobody listens on ("closed" in the config).
 	closedPort int
 }
@@ -52,7 +54,7 @@ func serveHosts(t *testing.T) *hostsDaemon {
 	kit := launch.New(launch.Options{Hosts: ssh.HostsOptions{ConfigFile: cfg, KnownHosts: srv.KnownHosts, AgentSocket: "none"}})
 	r := serve(t, daemon.Options{Kit: kit})
 	t.Cleanup(func() { kit.Close() }) // after the daemon's stop (cleanups run last first)
-	return &hostsDaemon{r: r, v: newValidator(t, r.socket), srv: srv, closedPort: port}
+	return &hostsDaemon{r: r, v: newValidator(t, r.socket), srv: srv, kit: kit, closedPort: port}
 }
 
 // closedPort returns a loopback port nothing listens on.
@@ -167,6 +169,11 @@ func TestAHostThatRefusesTheKeyNeedsAuth(t *testing.T) {
 	}
 	if want := "ssh -p " + strconv.Itoa(h.srv.Port) + " root@refused"; st.SignIn != want {
 		t.Errorf("sign-in %q, want %q", st.SignIn, want)
+	}
+	// The hint's own advice is the same command, never "ssh root@refused:PORT" (a host
+	// named "refused:PORT" to ssh).
+	if !strings.Contains(st.Hint, "("+st.SignIn+")") || strings.Contains(st.Hint, "ssh root@refused:") {
+		t.Errorf("hint %q does not advise %q", st.Hint, st.SignIn)
 	}
 	if st.OS != "" || st.Home != "" || st.FreshUntil-st.ProbedAt != ssh.FailureTTL.Milliseconds() {
 		t.Errorf("a host that let nobody in: %+v (fresh for %v)", st, ssh.FailureTTL)
@@ -325,4 +332,89 @@ func TestHostRoutesRefuseBadTargetsAndAClosedKit(t *testing.T) {
 	closed := newValidator(t, serve(t, daemon.Options{Kit: kit}).socket)
 	closed.do(t, exchange{method: "GET", target: "/hosts?target=h", valid: true, status: 503})
 	closed.do(t, exchange{method: "POST", target: "/hosts/h/probe", valid: true, status: 503})
+}
+
+// TestWhatSessionsProbedReadsWithoutAPost: the daemon's reads answer the probes its Kit
+// made on its own: a session assembled over ssh makes its host read ready (what the
+// host said, the bundle staged), and a probe through the Kit's Hosts makes a host that
+// refuses connections read unreachable, without a POST, and without a read reaching
+// the host.
+func TestWhatSessionsProbedReadsWithoutAPost(t *testing.T) {
+	h := serveHosts(t)
+	if st := h.get(t, sshtest.Alias); st.Status != api.HostUnknown {
+		t.Fatalf("a host never probed: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := h.r.c.CreateSession(ctx, api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}, client.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create an ssh session: %v", err)
+	}
+	before := h.srv.Connections()
+	for _, target := range []string{sshtest.Alias, "root@" + sshtest.Alias} {
+		st := h.get(t, target)
+		if st.Status != api.HostReady || st.Home != h.srv.Home || st.OS != "Linux" || !st.Staged || st.ProbedAt == 0 {
+			t.Errorf("GET %s after an ssh session started there: %+v, want ready, staged, with the host's home", target, st)
+		}
+	}
+	if n := h.srv.Connections() - before; n != 0 {
+		t.Errorf("reading the state made %d connections", n)
+	}
+	if err := h.r.c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := h.kit.Hosts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := hosts.Probe(ctx, "closed"); p.Status != ssh.StatusUnreachable {
+		t.Fatalf("probe of a closed port: %+v", p)
+	}
+	if st := h.get(t, "closed"); st.Status != api.HostUnreachable || st.Hint == "" || st.FreshUntil-st.ProbedAt != ssh.FailureTTL.Milliseconds() {
+		t.Errorf("GET closed after the Kit probed it: %+v, want unreachable", st)
+	}
+}
+
+// probeGoroutines counts the goroutines that run a probe of the daemon's.
+func probeGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "daemon.(*hostProbes).run(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// TestAProbeInFlightEndsWithTheShutdown: a probe of a server that never answers, in
+// flight when the daemon shuts down, ends with the shutdown: Serve returns within a few
+// seconds and no probe of the daemon's runs on after it (the probe's own bounds are
+// 10 s for the dial and daemon.HostProbeTimeout).
+func TestAProbeInFlightEndsWithTheShutdown(t *testing.T) {
+	h := serveHosts(t)
+	port, accepted := blackhole(t)
+	target := "u@127.0.0.1:" + strconv.Itoa(port)
+	if st := h.probe(t, target); st.Status != api.HostProbing {
+		t.Fatalf("POST probe: %+v", st)
+	}
+	for deadline := time.Now().Add(10 * time.Second); accepted() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe did not connect to the silent server")
+		}
+	}
+	if st := h.get(t, target); st.Status != api.HostProbing {
+		t.Fatalf("a probe of a silent server: %+v, want probing", st)
+	}
+	start := time.Now()
+	h.r.stop()
+	took := time.Since(start)
+	left := probeGoroutines()
+	t.Logf("Serve returned %v after the shutdown began; %d probes still running", took.Round(time.Millisecond), left)
+	if took > 5*time.Second {
+		t.Errorf("Serve returned %v after the shutdown began, want within 5 s", took)
+	}
+	if left != 0 {
+		t.Errorf("%d probes of the daemon's run on after Serve returned", left)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/kennel-dev/kennel/api"
-	"github.com/kennel-dev/kennel/launch"
 )
 
 // route is one served route: the OpenAPI document lists exactly these.
@@ -19,8 +18,6 @@ type route struct {
 
 // routes lists every route of the API.
 func (s *Server) routes() []route {
-	// The host probes' records live as long as the route table (New makes one per server).
-	hosts := newHostProbes(func() *launch.Kit { return s.opts.Kit })
 	return []route{
 		{"POST", "/sessions", s.handleCreate},
 		{"GET", "/sessions", s.handleList},
@@ -33,8 +30,8 @@ func (s *Server) routes() []route {
 		{"POST", "/sessions/{id}/jobs/{job}/stop", s.handleStop},
 		{"POST", "/sessions/{id}/children", s.handleChild},
 		{"POST", "/sessions/{id}/children/{child}/handback", s.handleHandBack},
-		{"GET", "/hosts", hosts.handleGet},
-		{"POST", "/hosts/{host}/probe", hosts.handleProbe},
+		{"GET", "/hosts", s.hosts.handleGet},
+		{"POST", "/hosts/{host}/probe", s.hosts.handleProbe},
 		{"GET", "/metrics", s.handleMetrics},
 		{"GET", "/openapi.json", s.handleOpenAPI},
 	}

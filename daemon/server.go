@@ -128,6 +128,7 @@ type Server struct {
 	reg     *registry
 	metrics *metrics
 	handler http.Handler // the routes behind the router and the body deadline
+	hosts   *hostProbes  // the host probes' records; shutdown ends the probes in flight
 
 	ownKit bool // opts.Kit is the server's own, closed at shutdown
 
@@ -185,6 +186,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
 	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry(), ownKit: ownKit}
+	s.hosts = newHostProbes(func() *launch.Kit { return s.opts.Kit })
 	s.metrics = newMetrics(s.reg, log)
 	s.handler = bodyDeadline(newRouter(s.routes()), opts.Timeouts.Body)
 	return s, nil
@@ -202,8 +204,9 @@ func (s *Server) StateDir() string { return s.opts.StateDir }
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve binds the socket (Listen) and serves until ctx ends, then shuts down gracefully
-// (Shutdown): no new connection is accepted, every session ends, and the socket file is
-// removed. It returns nil after a shutdown caused by ctx.
+// (Shutdown): no new connection is accepted, every session and every host probe in
+// flight ends, and the socket file is removed. It returns nil after a shutdown caused by
+// ctx.
 func (s *Server) Serve(ctx context.Context) error {
 	l, err := Listen(ctx, s.opts.Socket)
 	if err != nil {
@@ -249,8 +252,10 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting, ends every session and waits for requests in flight at
-// most Options.ShutdownGrace (then closes their connections). The socket file is removed.
+// Shutdown stops accepting, ends every session and every host probe in flight (each
+// reads unreachable, naming the shutdown; a probe asked for afterwards is 503
+// unavailable), and waits for requests in flight at most Options.ShutdownGrace (then
+// closes their connections). The socket file is removed.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.shutdown(ctx)
 }
@@ -273,6 +278,11 @@ func (s *Server) shutdown(ctx context.Context) {
 		close(done)
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.hosts.close()
+	}()
 	for _, e := range s.reg.closeAll() {
 		wg.Add(1)
 		go func() {

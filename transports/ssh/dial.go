@@ -230,7 +230,7 @@ func classifyHandshake(t Target, err error, af *authFailure, cancelled bool, cau
 		if len(af.passphrase) > 0 {
 			hint += fmt.Sprintf("; %s need a passphrase: add them to the agent (ssh-add %s)", strings.Join(af.passphrase, ", "), af.passphrase[0])
 		} else {
-			hint += fmt.Sprintf("; sign in once by hand (ssh %s) or add a key to the agent", t)
+			hint += fmt.Sprintf("; sign in once by hand (%s) or add a key to the agent", SignIn(t.String()))
 		}
 		return fmt.Errorf("connect %s: %s: %w: %w", t, hint, err, ErrNeedsAuth)
 	}

@@ -43,12 +43,18 @@ type HostsOptions struct {
 }
 
 // Hosts is the ssh side of one controller process: one connection per resolved target,
-// shared by every session, probe and staging on that host, and the probe cache. It is
-// safe for concurrent use. Close ends every connection.
+// shared by every session, probe and staging on that host, and the probe cache (at most
+// MaxCachedProbes answers). It is safe for concurrent use. Close ends every connection,
+// and every dial and probe in flight.
 type Hosts struct {
 	opts   HostsOptions
 	res    *resolver
 	dialer *dialer
+
+	// life ends when Close is called (its cause errHostsClosed): the dials and probes
+	// callers share run under it, so none outlives the Hosts.
+	life    context.Context
+	endLife context.CancelCauseFunc
 
 	mu     sync.Mutex
 	conns  map[string]*hostConn
@@ -57,7 +63,7 @@ type Hosts struct {
 
 	probes  singleflight.Group
 	probeMu sync.Mutex
-	cache   map[string]cachedProbe
+	cache   probeCache // guarded by probeMu
 	now     func() time.Time
 
 	stages singleflight.Group
@@ -92,7 +98,8 @@ func NewHosts(opts HostsOptions) (*Hosts, error) {
 	if opts.Python == "" {
 		opts.Python = "python3"
 	}
-	h := &Hosts{opts: opts, res: res, conns: map[string]*hostConn{}, cache: map[string]cachedProbe{}, now: time.Now}
+	h := &Hosts{opts: opts, res: res, conns: map[string]*hostConn{}, now: time.Now}
+	h.life, h.endLife = context.WithCancelCause(context.Background())
 	h.dialer = &dialer{opts: opts, jumpTo: h.clientFor}
 	return h, nil
 }
@@ -112,7 +119,8 @@ func (h *Hosts) Resolve(target string) (Target, error) { return h.res.resolve(ta
 
 // Client returns the connection to target, dialling it if there is none (or the last one
 // dropped). Concurrent callers for one target share one dial; each returns when its ctx
-// ends, while the dial goes on for the others (bounded by ConnectTimeout).
+// ends, while the dial goes on for the others (bounded by ConnectTimeout, ended by
+// Close).
 func (h *Hosts) Client(ctx context.Context, target string) (*xssh.Client, Target, error) {
 	t, err := h.res.resolve(target)
 	if err != nil {
@@ -163,7 +171,7 @@ func (h *Hosts) connFor(ctx context.Context, t Target) (*hostConn, error) {
 		}
 		h.mu.Unlock()
 		// The dial belongs to every caller that joins it: no one caller's ctx ends it.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ConnectTimeout)
+		dctx, cancel := h.detach(ctx, ConnectTimeout)
 		defer cancel()
 		c, err := h.dialer.dial(dctx, t)
 		if err != nil {
@@ -261,8 +269,29 @@ func (h *Hosts) Drop(target string) {
 	}
 }
 
-// Close closes every connection. Sessions on them end (their kernels see stdin EOF).
+// detach returns the context of work every caller that joins it shares (a dial, a
+// probe): ctx's values without its cancellation, ended after d or by Close (the cause
+// then is errHostsClosed). The returned func releases it.
+func (h *Hosts) detach(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	shared, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(h.life, func() { cancel(context.Cause(h.life)) })
+	bounded, cancelBound := context.WithTimeout(shared, d)
+	return bounded, func() {
+		cancelBound()
+		stop()
+		cancel(nil)
+	}
+}
+
+// errHostsClosed is why the dials and probes in flight at Close end.
+var errHostsClosed = errors.New("hosts closed")
+
+// Close closes every connection and ends every dial and probe in flight: their callers
+// get ErrUnreachable errors (and unreachable probes) that say the hosts were closed.
+// Sessions on the connections end (their kernels see stdin EOF). After Close, whatever
+// needs a connection fails with ErrUnreachable.
 func (h *Hosts) Close() error {
+	h.endLife(errHostsClosed)
 	h.mu.Lock()
 	h.closed = true
 	conns := h.conns

@@ -3,6 +3,7 @@ package ssh
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -68,10 +69,69 @@ type Probe struct {
 	Err error `json:"-"`
 }
 
+// MaxCachedProbes bounds the probe cache of a Hosts: a probe that finds it full evicts
+// the answer probed least recently. An expired answer is dropped when it is next looked
+// up, so a host probed once and never again holds an entry until MaxCachedProbes others
+// push it out.
+const MaxCachedProbes = 1024
+
+// probeCache is a Hosts' answers by probeKey, least recently probed first. Its user
+// holds the lock that guards it (Hosts.probeMu).
+type probeCache struct {
+	byKey map[string]*list.Element // of *cachedProbe
+	order list.List                // least recently probed at the front
+}
+
 type cachedProbe struct {
+	key     string
 	p       Probe
 	expires time.Time
 }
+
+// get returns the answer for key while it is fresh at now; an expired one is dropped.
+func (c *probeCache) get(key string, now time.Time) (Probe, bool) {
+	e, ok := c.byKey[key]
+	if !ok {
+		return Probe{}, false
+	}
+	cp := e.Value.(*cachedProbe)
+	if !now.Before(cp.expires) {
+		c.order.Remove(e)
+		delete(c.byKey, key)
+		return Probe{}, false
+	}
+	return cp.p, true
+}
+
+// put records p for key until expires, as the most recently probed answer, and evicts
+// the least recently probed ones beyond the bound.
+func (c *probeCache) put(key string, p Probe, expires time.Time) {
+	if c.byKey == nil {
+		c.byKey = map[string]*list.Element{}
+	}
+	if e, ok := c.byKey[key]; ok {
+		c.order.Remove(e)
+	}
+	c.byKey[key] = c.order.PushBack(&cachedProbe{key: key, p: p, expires: expires})
+	for c.order.Len() > MaxCachedProbes {
+		oldest := c.order.Front()
+		c.order.Remove(oldest)
+		delete(c.byKey, oldest.Value.(*cachedProbe).key)
+	}
+}
+
+// markStaged records that the answer for key, if one is held, has its bundle staged.
+func (c *probeCache) markStaged(key string) {
+	if e, ok := c.byKey[key]; ok {
+		e.Value.(*cachedProbe).p.Staged = true
+	}
+}
+
+// len is the number of answers held, fresh or not.
+func (c *probeCache) len() int { return c.order.Len() }
+
+// probeKey is the cache key of a probe of t for bundle.
+func probeKey(t Target, bundle string) string { return t.Key() + " " + bundle }
 
 // probeScript is the probe's fixed command. Its stdin holds the interpreter's name and
 // the bundle hash, one a line; it prints key=value lines.
@@ -89,10 +149,13 @@ if [ -d "$HOME/.kennel-remote/$h" ]; then echo staged=1; else echo staged=0; fi
 
 // Probe answers what target is: os, arch, home, cores, python3 and whether the embedded
 // stub bundle is staged there, over one remote command on the shared connection.
-// Answers are cached (ReadyTTL, FailureTTL); a caller arriving while a probe of the
-// same host runs joins it. Probe never fails: a host it cannot use has a Status other
-// than ready, with Hint and Err. A target that does not parse is StatusUnreachable with
-// an ErrInvalidTarget error.
+// Answers are cached (ReadyTTL, FailureTTL; at most MaxCachedProbes hosts); a caller
+// arriving while a probe of the same host runs joins it. The probe is every joined
+// caller's: one caller's ctx ending returns that caller's Probe at once (unreachable,
+// naming the cause) while the probe goes on for the others, within 2 × ConnectTimeout,
+// or until Close. Probe never fails: a host it cannot use has a Status other than
+// ready, with Hint and Err. A target that does not parse is StatusUnreachable with an
+// ErrInvalidTarget error.
 func (h *Hosts) Probe(ctx context.Context, target string) Probe {
 	b, err := images.Stub()
 	if err != nil {
@@ -101,20 +164,40 @@ func (h *Hosts) Probe(ctx context.Context, target string) Probe {
 	return h.probeBundle(ctx, target, b.Hash())
 }
 
+// Cached returns the answer Probe would give for target now without reaching the host:
+// the last probe's, while it is fresh (ReadyTTL, FailureTTL), of the embedded stub
+// bundle, with target resolved through the ssh config as Probe resolves it (so an alias
+// and the user@host:port it names share one answer). It never connects and never waits
+// for a probe in flight. It reports false when no fresh answer is held, and for a
+// target that does not parse.
+func (h *Hosts) Cached(target string) (Probe, bool) {
+	b, err := images.Stub()
+	if err != nil {
+		return Probe{}, false
+	}
+	t, err := h.res.resolve(target)
+	if err != nil {
+		return Probe{}, false
+	}
+	h.probeMu.Lock()
+	defer h.probeMu.Unlock()
+	return h.cache.get(probeKey(t, b.Hash()), h.now())
+}
+
 func (h *Hosts) probeBundle(ctx context.Context, target, bundle string) Probe {
 	t, err := h.res.resolve(target)
 	if err != nil {
 		return Probe{Target: target, Status: StatusUnreachable, Hint: err.Error(), Err: err, At: h.now()}
 	}
-	key := t.Key() + " " + bundle
+	key := probeKey(t, bundle)
 	h.probeMu.Lock()
-	if c, ok := h.cache[key]; ok && h.now().Before(c.expires) {
+	if p, ok := h.cache.get(key, h.now()); ok {
 		h.probeMu.Unlock()
-		return c.p
+		return p
 	}
 	h.probeMu.Unlock()
 	ch := h.probes.DoChan(key, func() (any, error) {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ConnectTimeout)
+		pctx, cancel := h.detach(ctx, 2*ConnectTimeout)
 		defer cancel()
 		p := h.runProbe(pctx, t, bundle)
 		ttl := ReadyTTL
@@ -122,7 +205,7 @@ func (h *Hosts) probeBundle(ctx context.Context, target, bundle string) Probe {
 			ttl = FailureTTL
 		}
 		h.probeMu.Lock()
-		h.cache[key] = cachedProbe{p: p, expires: p.At.Add(ttl)}
+		h.cache.put(key, p, p.At.Add(ttl))
 		h.probeMu.Unlock()
 		return p, nil
 	})
@@ -137,13 +220,9 @@ func (h *Hosts) probeBundle(ctx context.Context, target, bundle string) Probe {
 
 // markStaged records in the cache that bundle is now staged on t.
 func (h *Hosts) markStaged(t Target, bundle string) {
-	key := t.Key() + " " + bundle
 	h.probeMu.Lock()
 	defer h.probeMu.Unlock()
-	if c, ok := h.cache[key]; ok {
-		c.p.Staged = true
-		h.cache[key] = c
-	}
+	h.cache.markStaged(probeKey(t, bundle))
 }
 
 func (h *Hosts) runProbe(ctx context.Context, t Target, bundle string) Probe {
@@ -202,6 +281,37 @@ func (h *Hosts) runProbe(ctx context.Context, t Target, bundle string) Probe {
 	}
 	p.Status = StatusReady
 	return p
+}
+
+// SignIn is the command line that signs in to target by hand, for a person to run where
+// kennel runs: "ssh -p PORT user@host", with no -p for port 22 (or none given), and the
+// destination quoted for a POSIX shell when it holds a character a shell treats
+// specially. target is "[user@]host[:port]" (a Probe's Target); host is named as given,
+// so ssh resolves it through the user's own ssh config. SignIn is "" for a target that
+// does not parse (ParseTarget).
+func SignIn(target string) string {
+	user, host, port, err := ParseTarget(target)
+	if err != nil {
+		return ""
+	}
+	dest := host
+	if user != "" {
+		dest = user + "@" + host
+	}
+	cmd := "ssh"
+	if port != 0 && port != 22 {
+		cmd += " -p " + strconv.Itoa(port)
+	}
+	return cmd + " " + shellWord(dest)
+}
+
+// shellWord quotes s as one word of a POSIX shell: as it is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return shQuote(s)
 }
 
 // pythonAtLeast reports whether version "X.Y.Z" is at least min.
