@@ -7,6 +7,7 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/fshost"
+	"github.com/kennel-dev/kennel/internal/testtree"
 	"github.com/kennel-dev/kennel/pathmap"
 )
 
@@ -17,25 +18,14 @@ func TestAKernelCellCallsEveryFsFunctionThroughTheGate(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "project")
 	outside := filepath.Join(root, "secret.txt")
-	if err := os.MkdirAll(filepath.Join(dir, "src"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{
-		"src/a.py":   "import os\nprint('needle')\n",
-		"src/b.py":   "x = 1\n",
-		"notes.txt":  "one\ntwo\nthree\n",
-		".gitignore": "ignored/\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(outside, []byte("top secret\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(dir, "escape")); err != nil {
-		t.Fatal(err)
-	}
+	testtree.Build(t, root,
+		"file project/src/a.py import os\nprint('needle')\n",
+		"file project/src/b.py x = 1\n",
+		"file project/notes.txt one\ntwo\nthree\n",
+		"file project/.gitignore ignored/\n",
+		"file secret.txt top secret\n",
+		"symlink project/escape $ROOT/secret.txt",
+	)
 	m, err := pathmap.New(pathmap.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -21,16 +21,16 @@ import (
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/fakekernel"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports/wrapped"
-	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
 )
 
 // fakeTransport is a wrapped transport whose kernels are the fake scenario.
 func fakeTransport(t *testing.T, scenario, arg string) *wrapped.Transport {
 	t.Helper()
-	wrappedtest.Need(t, "env")
+	testneed.Tools(t, "env")
 	b, err := images.Stub()
 	if err != nil {
 		t.Fatal(err)

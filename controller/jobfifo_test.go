@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports/local"
@@ -27,8 +28,8 @@ func startFIFOSession(t *testing.T) *Session {
 		JobKillGrace: 300 * time.Millisecond,
 	})
 	if err != nil {
-		if errors.Is(err, images.ErrNoPython) && os.Getenv("CI") != "true" {
-			t.Skipf("no python3 here: %v", err)
+		if errors.Is(err, images.ErrNoPython) {
+			testneed.Missing(t, "python3", err)
 		}
 		t.Fatalf("start session: %v", err)
 	}

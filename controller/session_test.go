@@ -18,6 +18,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports/local"
 )
 
@@ -84,8 +85,8 @@ func startSession(t *testing.T, opts controller.Options) *controller.Session {
 	defer cancel()
 	s, err := controller.Start(ctx, opts)
 	if err != nil {
-		if errors.Is(err, images.ErrNoPython) && os.Getenv("CI") != "true" {
-			t.Skipf("no python3 here: %v", err)
+		if errors.Is(err, images.ErrNoPython) {
+			testneed.Missing(t, "python3", err)
 		}
 		t.Fatalf("start session: %v", err)
 	}

@@ -27,18 +27,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// need skips (or, under CI=true, fails) a test whose real resource is missing.
-func need(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing under CI: %s", what)
-	}
-	t.Skip("missing: " + what)
-}
-
 // shortDir returns a fresh private directory with a short path (socket paths must fit
 // sun_path), removed at cleanup.
 func shortDir(t *testing.T) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // peerClient is a tiny HTTP client: it connects to the socket, sends one request, and
@@ -45,10 +46,8 @@ print("EOF:%d:%s" % (len(data), data[:20].decode("latin-1")))
 // directory with the socket file 0666: the peer check is then the only thing between the
 // second user and the API.
 func TestPeerOfAnotherUserIsRefusedUnread(t *testing.T) {
-	need(t, os.Geteuid() == 0, "root, to run a client as uid 65534")
-	py := "/usr/bin/python3"
-	_, err := os.Stat(py)
-	need(t, err == nil, py)
+	testneed.Root(t) // to run a client as uid 65534
+	py := testneed.Tool(t, "/usr/bin/python3")
 
 	dir := shortDir(t)
 	if err := os.Chmod(dir, 0o711); err != nil {

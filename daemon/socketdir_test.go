@@ -10,8 +10,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kennel-dev/kennel/daemon"
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 func TestSocketDirOnRealPaths(t *testing.T) {
@@ -40,7 +42,7 @@ func TestSocketDirOnRealPaths(t *testing.T) {
 			}
 		}, daemon.FaultNotDir, []string{"not a directory", "remove the path"}},
 		{"another owner", func(t *testing.T, dir string) {
-			need(t, os.Geteuid() == 0, "root, to chown a directory to uid 65534")
+			testneed.Root(t) // to chown a directory to uid 65534
 			mkdirMode(0o700)(t, dir)
 			if err := os.Chown(dir, 65534, 65534); err != nil {
 				t.Fatal(err)

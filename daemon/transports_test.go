@@ -21,6 +21,7 @@ import (
 	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -85,7 +86,7 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			}
 		}},
 		{"wrapped", func(t *testing.T) api.CreateSession {
-			wrappedtest.Need(t, "bwrap")
+			testneed.Tools(t, "bwrap")
 			dir := t.TempDir()
 			return api.CreateSession{Cwd: dir, Transport: &api.Transport{
 				ArgvPrefix: wrappedtest.BwrapPrefix(t, dir, "/work"), Python: wrappedtest.SandboxPython(t),
@@ -97,7 +98,7 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			}
 		}},
 		{"docker", func(t *testing.T) api.CreateSession {
-			testneed.DockerEngine(t)
+			dockerneed.KernelEngine(t)
 			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}
 		}, func(t *testing.T, dir, res string) {
 			if !strings.HasSuffix(res, ", False, '"+dir+"')") || strings.HasPrefix(res, "(0,") {
@@ -138,7 +139,7 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 // a job (a shell that ignores SIGTERM) and a busy loop stops on its context within
 // seconds, and leaves no container behind.
 func TestAGracefulShutdownLeavesNoContainer(t *testing.T) {
-	cli := testneed.DockerEngine(t)
+	cli := dockerneed.KernelEngine(t)
 	logs := &syncBuf{}
 	r := serve(t, daemon.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	defer func() {
@@ -176,7 +177,7 @@ func TestAGracefulShutdownLeavesNoContainer(t *testing.T) {
 // TestServeSweepsTheContainersOfDeadControllers: kennel serve removes, at its start, the
 // kernel containers a dead controller left (as kennel run --docker does).
 func TestServeSweepsTheContainersOfDeadControllers(t *testing.T) {
-	cli := testneed.DockerEngine(t)
+	cli := dockerneed.KernelEngine(t)
 	dead, err := docker.Self()
 	if err != nil {
 		t.Fatal(err)

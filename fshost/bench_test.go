@@ -137,11 +137,7 @@ func BenchmarkGrep10k(b *testing.B) {
 // BenchmarkGrep10kGrepRE is the baseline of BenchmarkGrep10k: `grep -rE` exec'd over
 // the same tree with the same pattern, its output read and discarded.
 func BenchmarkGrep10kGrepRE(b *testing.B) {
-	testneed.Tools(b, "grep")
-	grep, err := exec.LookPath("grep")
-	if err != nil {
-		b.Fatal(err)
-	}
+	grep := testneed.Tool(b, "grep")
 	dir := b.TempDir()
 	grepTree10k(b, dir)
 	cpu := startCPU(true)

@@ -9,18 +9,18 @@ import (
 
 func TestGlob(t *testing.T) {
 	e := newEnv(t, Options{},
-		"file w/a.go: ",
-		"file w/.hidden.go: ",
-		"file w/x.txt: ",
-		"file w/b/c.go: ",
-		"file w/b/d/e.go: ",
-		"file w/b/d/f.txt: ",
-		"file w/.gitignore: ign/\n",
-		"file w/ign/z.go: ",
-		"file w/.git/HEAD: ",
-		"symlink w/ln.go -> a.go",
-		"symlink w/out -> $ROOT/outside",
-		"file r/r.go: ",
+		"file w/a.go",
+		"file w/.hidden.go",
+		"file w/x.txt",
+		"file w/b/c.go",
+		"file w/b/d/e.go",
+		"file w/b/d/f.txt",
+		"file w/.gitignore ign/\n",
+		"file w/ign/z.go",
+		"file w/.git/HEAD",
+		"symlink w/ln.go a.go",
+		"symlink w/out $ROOT/outside",
+		"file r/r.go",
 	)
 	cases := []struct {
 		args      string

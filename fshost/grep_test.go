@@ -12,22 +12,23 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/kennel-dev/kennel/pathmap"
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/pathmap"
 )
 
 var grepTree = []string{
-	"file w/.gitignore: ignored.txt\nbuild/\n",
-	"file w/ignored.txt: needle\n",
-	"file w/build/x: needle\n",
-	"file w/.git/config: needle\n",
-	"file w/a.go: package a\nneedle one\nno\nneedle two\n",
-	"file w/b/c.txt: x\nNeedle\nneedle three",
-	"file w/bin: needle\x00\n",
-	"file w/bad: needle\n\xff\n",
-	"symlink w/link -> a.go",
-	"symlink w/out -> $ROOT/outside",
-	"file r/ro.txt: needle ro\n",
+	"file w/.gitignore ignored.txt\nbuild/\n",
+	"file w/ignored.txt needle\n",
+	"file w/build/x needle\n",
+	"file w/.git/config needle\n",
+	"file w/a.go package a\nneedle one\nno\nneedle two\n",
+	"file w/b/c.txt x\nNeedle\nneedle three",
+	"file w/bin needle\x00\n",
+	"file w/bad needle\n\xff\n",
+	"symlink w/link a.go",
+	"symlink w/out $ROOT/outside",
+	"file r/ro.txt needle ro\n",
 }
 
 func TestGrep(t *testing.T) {

@@ -13,18 +13,18 @@ import (
 
 func TestRead(t *testing.T) {
 	e := newEnv(t, Options{ReadMaxBytes: 20, ReadMaxLines: 3},
-		"file w/clef: a𝄞𝄞𝄞𝄞𝄞",
-		"file w/five: 1\n2\n3\n4\n5\n",
-		"file w/nonl: a\nb",
-		"file w/empty: ",
-		"file w/long: 0123456789abcdefghijklmnopqrstuvwxyz\nnext\n",
-		"file w/wide: ααααααααααααααααααααα\n", // 2-byte runes over the 20-byte bound
-		"file w/bytes: 1234567890\n1234567890\n",
-		"file w/d/in: inner\n",
-		"symlink w/link -> d/in",
-		"file r/ro: read only\n",
-		"file w/nul: a\x00b\n",
-		"file w/bad: ok\n\xff\xfe\n",
+		"file w/clef a𝄞𝄞𝄞𝄞𝄞",
+		"file w/five 1\n2\n3\n4\n5\n",
+		"file w/nonl a\nb",
+		"file w/empty",
+		"file w/long 0123456789abcdefghijklmnopqrstuvwxyz\nnext\n",
+		"file w/wide ααααααααααααααααααααα\n", // 2-byte runes over the 20-byte bound
+		"file w/bytes 1234567890\n1234567890\n",
+		"file w/d/in inner\n",
+		"symlink w/link d/in",
+		"file r/ro read only\n",
+		"file w/nul a\x00b\n",
+		"file w/bad ok\n\xff\xfe\n",
 		"dir w/dir",
 	)
 	type want struct {

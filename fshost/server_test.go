@@ -6,10 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kennel-dev/kennel/fshost/fsroot"
+	"github.com/kennel-dev/kennel/internal/testtree"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/protocol"
 )
@@ -31,7 +33,7 @@ func newEnv(t testing.TB, opts Options, specs ...string) *env {
 		must(t, os.MkdirAll(d, 0o755))
 	}
 	must(t, os.WriteFile(e.out+"/secret", []byte("SENTINEL\n"), 0o644))
-	buildTree(t, root, specs...)
+	testtree.Build(t, root, specs...)
 	e.m, err = pathmap.New(pathmap.Config{Dir: e.work, Mounts: []pathmap.Mount{
 		{Sandbox: "/work", Host: e.work},
 		{Sandbox: "/ro", Host: e.ro, ReadOnly: true},
@@ -40,32 +42,6 @@ func newEnv(t testing.TB, opts Options, specs ...string) *env {
 	t.Cleanup(func() { e.m.Close() })
 	e.s = New(e.m, opts)
 	return e
-}
-
-// buildTree makes files and links under root: "file p: content", "symlink p -> target",
-// "dir p" ($ROOT in a target is root).
-func buildTree(t testing.TB, root string, specs ...string) {
-	t.Helper()
-	for _, s := range specs {
-		kind, rest, _ := strings.Cut(s, " ")
-		rest = strings.ReplaceAll(rest, "$ROOT", root)
-		switch kind {
-		case "file":
-			name, content, _ := strings.Cut(rest, ": ")
-			p := filepath.Join(root, name)
-			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			must(t, os.WriteFile(p, []byte(content), 0o644))
-		case "symlink":
-			name, target, _ := strings.Cut(rest, " -> ")
-			p := filepath.Join(root, name)
-			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			must(t, os.Symlink(target, p))
-		case "dir":
-			must(t, os.MkdirAll(filepath.Join(root, rest), 0o755))
-		default:
-			t.Fatalf("bad spec %q", s)
-		}
-	}
 }
 
 func must(t testing.TB, err error) {
@@ -128,7 +104,7 @@ func TestServes(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	e := newEnv(t, Options{}, "symlink w/out -> $ROOT/outside")
+	e := newEnv(t, Options{}, "symlink w/out $ROOT/outside")
 	err := e.call(t, "fs.read", `{"path": "out/secret"}`, nil)
 	info := Describe(err)
 	if info.Code != "outside" || info.Reason != "outside" || info.Version != "transport@1" {
@@ -149,8 +125,8 @@ func TestDescribe(t *testing.T) {
 // Every fs.* request with a path outside, or led outside by a symlink, is refused with
 // outside and touches nothing outside.
 func TestRefusedBeforeAnyHandler(t *testing.T) {
-	e := newEnv(t, Options{}, "symlink w/out -> $ROOT/outside", "symlink w/up -> ..", "file w/f: x\n",
-		"symlink w/dangle -> $ROOT/outside/new", "symlink w/outfile -> ../outside/secret")
+	e := newEnv(t, Options{}, "symlink w/out $ROOT/outside", "symlink w/up ..", "file w/f x\n",
+		"symlink w/dangle $ROOT/outside/new", "symlink w/outfile ../outside/secret")
 	reqs := []struct{ typ, args string }{
 		{"fs.read", `{"path": "out/secret"}`},
 		{"fs.read", `{"path": "up/outside/secret"}`},
@@ -171,40 +147,19 @@ func TestRefusedBeforeAnyHandler(t *testing.T) {
 		{"fs.glob", `{"pattern": "/outside/*"}`},
 		{"fs.glob", `{"pattern": "*", "cwd": "~"}`},
 	}
-	before := listTree(t, e.out)
+	before := testtree.List(t, e.out)
 	for _, r := range reqs {
 		err := e.call(t, r.typ, r.args, nil)
 		if info := Describe(err); info.Code != "outside" || info.Version != "transport@1" {
 			t.Errorf("%s %s: %+v; want an outside refusal", r.typ, r.args, info)
 		}
 	}
-	if after := listTree(t, e.out); after != before {
-		t.Fatalf("outside changed: %s, was %s", after, before)
+	if after := testtree.List(t, e.out); !slices.Equal(after, before) {
+		t.Fatalf("outside changed: %q, was %q", after, before)
 	}
 	if _, err := os.Lstat(e.work + "/stolen"); err == nil {
 		t.Fatalf("the sentinel was moved in")
 	}
-}
-
-// listTree lists names and contents below dir.
-func listTree(t testing.TB, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	must(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		b.WriteString(p + "\n")
-		if info.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			b.Write(data)
-		}
-		return nil
-	}))
-	return b.String()
 }
 
 // Every code a Server's errors can carry is a code of the protocol: a code the protocol

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,11 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 	"github.com/kennel-dev/kennel/pathmap"
 )
 
 func TestWrite(t *testing.T) {
-	e := newEnv(t, Options{}, "file w/exists: old\n", "symlink w/link -> exists", "file r/ro: ro\n", "dir w/dir")
+	e := newEnv(t, Options{}, "file w/exists old\n", "symlink w/link exists", "file r/ro ro\n", "dir w/dir")
 	must(t, os.Chmod(e.work+"/exists", 0o600))
 	cases := []struct {
 		args, absolute, host, content, reason string
@@ -61,11 +63,11 @@ func TestWrite(t *testing.T) {
 
 func TestEdit(t *testing.T) {
 	e := newEnv(t, Options{},
-		"file w/f.go: func a() {}\nfunc b() {}\n// b\n",
-		"file w/g: g\n",
-		"file w/bin: \x00\x01",
-		"file r/ro: ro\n",
-		"symlink w/link -> f.go",
+		"file w/f.go func a() {}\nfunc b() {}\n// b\n",
+		"file w/g g\n",
+		"file w/bin \x00\x01",
+		"file r/ro ro\n",
+		"symlink w/link f.go",
 	)
 	read := func(p string) string {
 		b, _ := os.ReadFile(e.root + "/" + p)
@@ -91,14 +93,14 @@ func TestEdit(t *testing.T) {
 		{`{"moves": [{"from": "g", "to": "h"}, {"from": "f.go", "to": "h"}]}`, "exists"},
 		{`{"moves": [{"from": "g", "to": ""}]}`, "invalid"},
 	}
-	before := listTree(t, e.root)
+	before := testtree.List(t, e.root)
 	for _, c := range refusals {
 		err := e.call(t, "fs.edit", c.args, nil)
 		if code(err) != c.reason {
 			t.Errorf("fs.edit %s: %v; want %q", c.args, err, c.reason)
 		}
 	}
-	if after := listTree(t, e.root); after != before {
+	if after := testtree.List(t, e.root); !slices.Equal(after, before) {
 		t.Fatalf("a refused edit changed the tree")
 	}
 	// Edits in order, through a symlink, then moves that chain.
@@ -148,7 +150,7 @@ func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	buildTree(t, dir, "file old: old content\n")
+	testtree.Build(t, dir, "file old old content\n")
 	f, err := os.Create(dir + "/fill")
 	must(t, err)
 	for err == nil {
@@ -159,7 +161,7 @@ func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
 		t.Fatalf("filling the tmpfs: %v", err)
 	}
 	e := workEnv(t, dir, nil)
-	before := listTree(t, dir)
+	before := testtree.List(t, dir)
 	big := strings.Repeat("new content\n", 20000)
 	for _, r := range []struct{ typ, args, path string }{
 		{"fs.write", `{"path": "old", "content": "` + big[:len(big)-1] + `"}`, "/work/old"},
@@ -176,10 +178,10 @@ func TestWriteOnAFullDiskIsNoSpace(t *testing.T) {
 			t.Errorf("%s: message %q names a host path", r.typ, info.Message)
 		}
 	}
-	if after := listTree(t, dir); after != before {
+	if after := testtree.List(t, dir); !slices.Equal(after, before) {
 		t.Fatalf("a failed write changed the tree")
 	}
-	if s := listTree(t, dir); strings.Contains(s, ".kennel-tmp-") {
+	if s := strings.Join(testtree.List(t, dir), "\n"); strings.Contains(s, ".kennel-tmp-") {
 		t.Fatalf("temporary file left:\n%s", s)
 	}
 }
@@ -190,7 +192,7 @@ func TestWriteGivesWhatItCreatesToTheOwner(t *testing.T) {
 	testneed.Root(t) // to give files to another uid
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	must(t, err)
-	buildTree(t, dir, "file g: g\n")
+	testtree.Build(t, dir, "file g g\n")
 	e := workEnv(t, dir, &pathmap.Owner{UID: 65534, GID: 65534})
 	must(t, e.call(t, "fs.write", `{"path": "new/dir/file", "content": "x"}`, nil))
 	must(t, e.call(t, "fs.edit", `{"moves": [{"from": "g", "to": "made/g"}]}`, nil))

@@ -4,10 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // Generated trees and .gitignore files, from a small grammar that reaches
@@ -53,7 +57,7 @@ var genLine = rapid.Custom(func(t *rapid.T) string {
 	return b.String()
 })
 
-// genTree is a list of tree specs for buildTree.
+// genTree is a list of tree specs for testtree.Build (paths quoted: a name may hold a space).
 var genTree = rapid.Custom(func(t *rapid.T) []string {
 	var dirs []string
 	for range rapid.IntRange(0, 4).Draw(t, "dirs") {
@@ -71,20 +75,20 @@ var genTree = rapid.Custom(func(t *rapid.T) []string {
 	}
 	var specs []string
 	for range rapid.IntRange(1, 12).Draw(t, "files") {
-		specs = append(specs, "file "+inDir("file")+genFileName.Draw(t, "name"))
+		specs = append(specs, "file "+strconv.Quote(inDir("file")+genFileName.Draw(t, "name")))
 	}
 	for range rapid.IntRange(1, 3).Draw(t, "gitignores") {
 		lines := rapid.SliceOfN(genLine, 1, 6).Draw(t, "lines")
-		specs = append(specs, "file "+inDir("gitignore")+".gitignore: "+strings.Join(lines, "\n"))
+		specs = append(specs, "file "+strconv.Quote(inDir("gitignore")+".gitignore")+" "+strings.Join(lines, "\n"))
 	}
 	if rapid.IntRange(0, 3).Draw(t, "symlink") == 0 {
-		specs = append(specs, "symlink "+inDir("link")+genDirName.Draw(t, "linkname")+" "+genDirName.Draw(t, "target"))
+		specs = append(specs, "symlink "+strconv.Quote(inDir("link")+genDirName.Draw(t, "linkname"))+" "+genDirName.Draw(t, "target"))
 	}
 	return specs
 })
 
 func TestWalkMatchesGitProperty(t *testing.T) {
-	git := needGit(t)
+	git := testneed.Tool(t, "git")
 	env := gitEnv(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		specs := genTree.Draw(rt, "tree")
@@ -113,15 +117,14 @@ func TestWalkMatchesGitProperty(t *testing.T) {
 func buildTreeLoose(t *rapid.T, dir string, specs []string) []string {
 	var built []string
 	for _, spec := range specs {
-		_, rest, _ := strings.Cut(spec, " ")
-		name, _, _ := strings.Cut(rest, ": ")
-		if strings.HasPrefix(spec, "symlink ") {
-			name, _, _ = strings.Cut(rest, " ")
+		e, err := testtree.Parse(spec)
+		if err != nil {
+			t.Fatalf("%v", err)
 		}
-		if conflicts(dir, name) {
+		if conflicts(dir, e.Path) {
 			continue
 		}
-		buildTree(t, dir, spec)
+		testtree.Build(t, dir, spec)
 		built = append(built, spec)
 	}
 	return built

@@ -20,58 +20,11 @@ type tb interface {
 	Errorf(format string, args ...any)
 }
 
-// buildTree makes the tree described by specs under dir. A spec is
-// "file PATH", "file PATH: CONTENT", "dir PATH" or "symlink PATH TARGET";
-// parent directories are made as needed.
-func buildTree(t tb, dir string, specs ...string) {
-	t.Helper()
-	for _, spec := range specs {
-		kind, rest, _ := strings.Cut(spec, " ")
-		switch kind {
-		case "file":
-			name, content, _ := strings.Cut(rest, ": ")
-			p := filepath.Join(dir, filepath.FromSlash(name))
-			mustMkdir(t, filepath.Dir(p))
-			if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		case "dir":
-			mustMkdir(t, filepath.Join(dir, filepath.FromSlash(strings.TrimSuffix(rest, "/"))))
-		case "symlink":
-			name, target, ok := strings.Cut(rest, " ")
-			if !ok {
-				t.Fatalf("bad spec %q", spec)
-			}
-			p := filepath.Join(dir, filepath.FromSlash(name))
-			mustMkdir(t, filepath.Dir(p))
-			if err := os.Symlink(target, p); err != nil {
-				t.Fatal(err)
-			}
-		default:
-			t.Fatalf("bad spec %q", spec)
-		}
-	}
-}
-
 func mustMkdir(t tb, p string) {
 	t.Helper()
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// needGit returns the path of git, or skips (fails under CI=true) when
-// git is missing.
-func needGit(t testing.TB) string {
-	t.Helper()
-	git, err := exec.LookPath("git")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("git is needed: %v", err)
-		}
-		t.Skipf("git not found on PATH: %v", err)
-	}
-	return git
 }
 
 // gitEnv is an environment in which no global or system git config, and

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // gitCases are trees whose listing must be exactly what git lists.
@@ -22,95 +25,95 @@ var gitCases = []struct {
 	specs []string
 }{
 	{"plain", []string{"file a.txt", "file b/c.txt", "dir empty/"}},
-	{"glob", []string{"file .gitignore: *.log", "file a.log", "file a.txt", "file d/b.log", "file d/e/c.log"}},
-	{"negation", []string{"file .gitignore: *.log\n!keep.log", "file a.log", "file keep.log", "file d/keep.log", "file d/x.log"}},
-	{"negation order", []string{"file .gitignore: !keep.log\n*.log", "file keep.log", "file a.log"}},
+	{"glob", []string{"file .gitignore *.log", "file a.log", "file a.txt", "file d/b.log", "file d/e/c.log"}},
+	{"negation", []string{"file .gitignore *.log\n!keep.log", "file a.log", "file keep.log", "file d/keep.log", "file d/x.log"}},
+	{"negation order", []string{"file .gitignore !keep.log\n*.log", "file keep.log", "file a.log"}},
 	{"nested", []string{
-		"file .gitignore: *.txt\nsecret",
+		"file .gitignore *.txt\nsecret",
 		"file a.txt", "file b.md",
-		"file sub/.gitignore: !keep.txt\n*.md\n/anch",
+		"file sub/.gitignore !keep.txt\n*.md\n/anch",
 		"file sub/keep.txt", "file sub/other.txt", "file sub/x.md", "file sub/anch", "file sub/deep/anch",
 		"file sub/deep/keep.txt", "file sub/secret", "file other/keep.txt",
 	}},
 	{"nested path pattern", []string{
-		"file sub/.gitignore: x/y\n**/z",
+		"file sub/.gitignore x/y\n**/z",
 		"file sub/x/y", "file sub/x/w", "file x/y", "file sub/q/z", "file sub/z", "file z",
 	}},
 	{"deeper overrides", []string{
-		"file .gitignore: !*.o", "file a/.gitignore: *.o", "file a/b/.gitignore: !keep.o",
+		"file .gitignore !*.o", "file a/.gitignore *.o", "file a/b/.gitignore !keep.o",
 		"file x.o", "file a/x.o", "file a/b/x.o", "file a/b/keep.o", "file a/b/c/keep.o",
 	}},
 	{"dir only", []string{
-		"file .gitignore: build/", "file build/out.o", "file build/sub/x", "file src/build", "file src/build2/x",
+		"file .gitignore build/", "file build/out.o", "file build/sub/x", "file src/build", "file src/build2/x",
 		"file src/x/build/y",
 	}},
 	{"dir only vs symlink", []string{
-		"file .gitignore: link/\nreal/", "dir target/", "file target/f", "symlink link target", "file real/f",
+		"file .gitignore link/\nreal/", "dir target/", "file target/f", "symlink link target", "file real/f",
 	}},
 	{"anchored", []string{
-		"file .gitignore: /x\n/d/y\nz/", "file x", "file sub/x", "file d/y", "file sub/d/y", "file z/f", "file sub/z/f",
+		"file .gitignore /x\n/d/y\nz/", "file x", "file sub/x", "file d/y", "file sub/d/y", "file z/f", "file sub/z/f",
 	}},
 	{"double star", []string{
-		"file .gitignore: **/foo\na/**/b\nlogs/**\n!logs/keep\nq/**/\n/**/top",
+		"file .gitignore **/foo\na/**/b\nlogs/**\n!logs/keep\nq/**/\n/**/top",
 		"file foo", "file x/foo", "file x/y/foo/z", "file a/b", "file a/x/b", "file a/x/y/b",
 		"file ab", "file logs/keep", "file logs/drop", "file logs/d/keep", "file q/f", "file q/d/f", "file top",
 		"file s/top",
 	}},
 	{"double star backtrack", []string{
-		"file .gitignore: a/**/b\n!a/b/\n**/c/d\n!c/", "file a/b/b", "file a/b/c", "file a/x/b", "file c/c/d", "file c/x",
+		"file .gitignore a/**/b\n!a/b/\n**/c/d\n!c/", "file a/b/b", "file a/b/c", "file a/x/b", "file c/c/d", "file c/x",
 	}},
 	{"double star after a literal prefix", []string{
 		// git compares "a" literally, then matches "**/*" as a glob of
 		// its own, so the "**" is leading: "a" itself is ignored.
-		"file .gitignore: /a**/*\nb**c", "file a", "file ab", "file ac/x", "file b", "file bxc", "file bx/c",
+		"file .gitignore /a**/*\nb**c", "file a", "file ab", "file ac/x", "file b", "file bxc", "file bx/c",
 	}},
 	{"star in component", []string{
-		"file .gitignore: a**b\nc/**d", "file ab", "file axxb", "file a/b", "file c/d", "file c/xd", "file c/x/d",
+		"file .gitignore a**b\nc/**d", "file ab", "file axxb", "file a/b", "file c/d", "file c/xd", "file c/x/d",
 	}},
 	{"escapes", []string{
-		"file .gitignore: \\#hash\n\\!bang\na\\*b\n\\[x]\nq\\?",
+		"file .gitignore \\#hash\n\\!bang\na\\*b\n\\[x]\nq\\?",
 		"file #hash", "file !bang", "file a*b", "file axb", "file [x]", "file x", "file q?", "file qz",
 	}},
 	{"classes", []string{
-		"file .gitignore: [!a]1\n[[:digit:]]2\n[]]3\n[a-c]4\n[a-]5\nz[^x]",
+		"file .gitignore [!a]1\n[[:digit:]]2\n[]]3\n[a-c]4\n[a-]5\nz[^x]",
 		"file a1", "file b1", "file !1", "file 72", "file x2", "file ]3", "file b4", "file d4", "file -5", "file a5",
 		"file b5", "file zx", "file zy",
 	}},
-	{"question mark is a byte", []string{"file .gitignore: ?\n", "file é", "file e"}},
+	{"question mark is a byte", []string{"file .gitignore ?\n", "file é", "file e"}},
 	{"trailing spaces", []string{
-		"file .gitignore: trail   \nsp\\ \ntwo\\  \nbs\\\\ ",
-		"file trail", "file trail   ", "file sp ", "file sp", "file two ", "file two", "file bs\\", "file bs",
+		"file .gitignore trail   \nsp\\ \ntwo\\  \nbs\\\\ ",
+		"file trail", `file "trail   "`, `file "sp "`, "file sp", `file "two "`, "file two", "file bs\\", "file bs",
 	}},
 	{"comments and blanks", []string{
-		"file .gitignore: # a comment\n\n   \n#x\n \\#y\n #z",
-		"file #x", "file # a comment", "file #y", "file  #y", "file  #z", "file a",
+		"file .gitignore # a comment\n\n   \n#x\n \\#y\n #z",
+		"file #x", `file "# a comment"`, "file #y", `file " #y"`, `file " #z"`, "file a",
 	}},
-	{"crlf and bom", []string{"file .gitignore: \xef\xbb\xbfa.txt\r\nb.txt \r\nc.txt", "file a.txt", "file b.txt", "file c.txt", "file d.txt"}},
+	{"crlf and bom", []string{"file .gitignore \xef\xbb\xbfa.txt\r\nb.txt \r\nc.txt", "file a.txt", "file b.txt", "file c.txt", "file d.txt"}},
 	{"parent excluded", []string{
-		"file .gitignore: dir/\n!dir/keep.txt\nother\n!other/keep.txt",
+		"file .gitignore dir/\n!dir/keep.txt\nother\n!other/keep.txt",
 		"file dir/keep.txt", "file dir/x", "file other/keep.txt", "file other/x",
 	}},
 	{"parent contents excluded", []string{
-		"file .gitignore: dir/*\n!dir/keep.txt\n!dir/sub/keep.txt",
+		"file .gitignore dir/*\n!dir/keep.txt\n!dir/sub/keep.txt",
 		"file dir/keep.txt", "file dir/x", "file dir/sub/keep.txt",
 	}},
 	{"negated inside excluded dir by nested file", []string{
-		"file .gitignore: dir/", "file dir/.gitignore: !keep", "file dir/keep",
+		"file .gitignore dir/", "file dir/.gitignore !keep", "file dir/keep",
 	}},
 	{"all but txt", []string{
-		"file .gitignore: *\n!*/\n!*.txt", "file a.txt", "file a.py", "file d/b.txt", "file d/x.py", "file d/e/c.txt",
+		"file .gitignore *\n!*/\n!*.txt", "file a.txt", "file a.py", "file d/b.txt", "file d/x.py", "file d/e/c.txt",
 	}},
-	{"ignore self", []string{"file .gitignore: .gitignore\nsub", "file a", "file sub/.gitignore: !x", "file sub/x"}},
+	{"ignore self", []string{"file .gitignore .gitignore\nsub", "file a", "file sub/.gitignore !x", "file sub/x"}},
 	{"dot git skipped", []string{"file sub/.git/config", "file sub/x", "file y/.git", "file z"}},
 	{"symlinks listed", []string{
-		"file .gitignore: ignored-link", "dir d/", "file d/f", "symlink l d", "symlink dangling nowhere",
+		"file .gitignore ignored-link", "dir d/", "file d/f", "symlink l d", "symlink dangling nowhere",
 		"symlink ignored-link d", "symlink up ../..",
 	}},
 	{"symlinked gitignore not followed", []string{
-		"file rules: x", "symlink .gitignore rules", "file x", "file y",
+		"file rules x", "symlink .gitignore rules", "file x", "file y",
 	}},
 	{"slash forms", []string{
-		"file .gitignore: a//b\n/\n!\nd\\/e\n//f", "file a/b", "file d/e", "file f",
+		"file .gitignore a//b\n/\n!\nd\\/e\n//f", "file a/b", "file d/e", "file f",
 	}},
 }
 
@@ -127,12 +130,12 @@ var walkers = []struct {
 }
 
 func TestWalkMatchesGit(t *testing.T) {
-	git := needGit(t)
+	git := testneed.Tool(t, "git")
 	env := gitEnv(t)
 	for _, tc := range gitCases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			buildTree(t, dir, tc.specs...)
+			testtree.Build(t, dir, tc.specs...)
 			want := gitFiles(t, git, env, dir)
 			if got := walkFiles(t, dir); !slices.Equal(got, want) {
 				t.Errorf("Walk files\n got %q\nwant %q (git ls-files)", got, want)
@@ -151,9 +154,9 @@ func TestWalkMatchesGit(t *testing.T) {
 // apply, so a file only they ignore is listed.
 func TestWalkIgnoresGitExcludes(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file .git/info/exclude: a.txt", "file a.txt", "file b.txt")
+	testtree.Build(t, dir, "file .git/info/exclude a.txt", "file a.txt", "file b.txt")
 	home := t.TempDir()
-	buildTree(t, home, "file git/ignore: b.txt")
+	testtree.Build(t, home, "file git/ignore b.txt")
 	t.Setenv("XDG_CONFIG_HOME", home)
 	if got, want := walkFiles(t, dir), []string{"a.txt", "b.txt"}; !slices.Equal(got, want) {
 		t.Errorf("got %q, want %q", got, want)
@@ -167,8 +170,8 @@ func TestWalkIgnoresGitExcludes(t *testing.T) {
 func TestWalkSymlinkNotFollowed(t *testing.T) {
 	dir := t.TempDir()
 	outside := t.TempDir()
-	buildTree(t, outside, "file secret")
-	buildTree(t, dir, "symlink out "+outside, "symlink loop loop", "file a")
+	testtree.Build(t, outside, "file secret")
+	testtree.Build(t, dir, "symlink out "+outside, "symlink loop loop", "file a")
 	for _, w := range walkers {
 		got := map[string]fs.FileMode{}
 		err := w.walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
@@ -192,7 +195,7 @@ func TestWalkSymlinkNotFollowed(t *testing.T) {
 
 func TestWalkDotGitNeverEntered(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file .git/HEAD", "file .git/objects/x", "file a/.git/config", "file a/b", "file .gitx/y")
+	testtree.Build(t, dir, "file .git/HEAD", "file .git/objects/x", "file a/.git/config", "file a/b", "file .gitx/y")
 	for _, w := range walkers {
 		var got []string
 		err := w.walk(context.Background(), dir, func(rel string, d fs.DirEntry) error {
@@ -216,7 +219,7 @@ func TestWalkDotGitNeverEntered(t *testing.T) {
 
 func TestWalkOrderAndSkip(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file a/1", "file a/2", "file a.txt", "file b/x/1", "file b/y", "file c/1", "file c/2", "file c/3", "file d")
+	testtree.Build(t, dir, "file a/1", "file a/2", "file a.txt", "file b/x/1", "file b/y", "file c/1", "file c/2", "file c/3", "file d")
 	for _, w := range walkers {
 		t.Run(w.name, func(t *testing.T) { testOrderAndSkip(t, dir, w.walk) })
 	}
@@ -280,7 +283,7 @@ func testOrderAndSkip(t *testing.T, dir string, walk func(context.Context, strin
 
 func TestWalkContextCancel(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file a/1", "file b/1", "file c/1")
+	testtree.Build(t, dir, "file a/1", "file b/1", "file c/1")
 	for _, w := range walkers {
 		ctx, cancel := context.WithCancel(context.Background())
 		n := 0
@@ -302,7 +305,7 @@ func TestWalkContextCancel(t *testing.T) {
 
 func TestWalkErrors(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file f")
+	testtree.Build(t, dir, "file f")
 	err := Walk(context.Background(), filepath.Join(dir, "missing"), func(string, fs.DirEntry) error { return nil })
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing root: %v, want fs.ErrNotExist", err)
@@ -353,7 +356,7 @@ func TestWalkTooDeep(t *testing.T) {
 // capabilities that let root read any file (capabilities are per thread).
 func TestWalkUnreadableGitignore(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file .gitignore: x", "file x")
+	testtree.Build(t, dir, "file .gitignore x", "file x")
 	if err := os.Chmod(filepath.Join(dir, ".gitignore"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -390,9 +393,9 @@ func dropFileCapabilities() error {
 
 func TestWalkFIFOGitignore(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file x")
+	testtree.Build(t, dir, "file x")
 	if err := mkfifo(filepath.Join(dir, ".gitignore")); err != nil {
-		t.Skipf("mkfifo: %v", err)
+		testneed.Missing(t, "mkfifo", err)
 	}
 	for _, w := range walkers {
 		type result struct {
@@ -421,9 +424,9 @@ func TestWalkFIFOGitignore(t *testing.T) {
 
 func TestMatcherIgnored(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir,
-		"file .gitignore: build/\n*.log\n!keep.log\nd/*\n!d/in",
-		"file sub/.gitignore: !x.log", "dir build/", "dir d/in/", "symlink lnk build")
+	testtree.Build(t, dir,
+		"file .gitignore build/\n*.log\n!keep.log\nd/*\n!d/in",
+		"file sub/.gitignore !x.log", "dir build/", "dir d/in/", "symlink lnk build")
 	m := New(dir)
 	for _, tc := range []struct {
 		rel   string

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // A .gitignore of MaxFileSize bytes is read; one byte more and it counts as
@@ -18,7 +20,7 @@ import (
 // a pattern file of 100 MiB or more is skipped). Walk and WalkFS agree.
 func TestWalkGitignoreSizeBound(t *testing.T) {
 	dir := t.TempDir()
-	buildTree(t, dir, "file read/.gitignore: *\n", "file read/x", "file big/.gitignore: *\n", "file big/x")
+	testtree.Build(t, dir, "file read/.gitignore *\n", "file read/x", "file big/.gitignore *\n", "file big/x")
 	// Holes: nothing is stored, a read yields NUL bytes, which end the
 	// line they are on (so the files hold the one pattern "*").
 	must(t, os.Truncate(filepath.Join(dir, "read", ".gitignore"), MaxFileSize))

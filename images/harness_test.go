@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // wait bounds every wait for the kernel in tests. It is a failure bound, not a timing
@@ -34,15 +36,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// missing fails the test under CI=true and skips it elsewhere.
-func missing(t testing.TB, what string, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing: %v", what, err)
-	}
-	t.Skipf("%s is missing: %v", what, err)
-}
-
 // resolvedPython is the interpreter the tests run the stub with: python3, or the one
 // KENNEL_TEST_PYTHON names (to run the suite on another Python version).
 var resolvedPython = sync.OnceValues(func() (string, error) {
@@ -56,7 +49,7 @@ func needPython(t testing.TB) string {
 	t.Helper()
 	p, err := resolvedPython()
 	if err != nil {
-		missing(t, "python3", err)
+		testneed.Missing(t, "python3", err)
 	}
 	return p
 }

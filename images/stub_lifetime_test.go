@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 func TestEOFExitsZero(t *testing.T) {
@@ -115,7 +117,7 @@ func startOwner(t *testing.T) *exec.Cmd {
 	t.Helper()
 	owner := exec.Command("sleep", "1000")
 	if err := owner.Start(); err != nil {
-		missing(t, "sleep", err)
+		testneed.Missing(t, "sleep", err)
 	}
 	t.Cleanup(func() {
 		owner.Process.Kill()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/output"
 )
 
@@ -18,10 +19,7 @@ import (
 // is reported from the process's exit, after its output is drained.
 func runShellJob(t *testing.T, tb *Table, command string) *Job {
 	t.Helper()
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Fatalf("sh: %v", err)
-	}
+	sh := testneed.Tool(t, "sh")
 	cmd := exec.Command(sh, "-c", command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()

@@ -13,6 +13,7 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/sessionspec"
 )
 
@@ -21,7 +22,7 @@ import (
 // it on the host belong to that uid, as the files the kernel writes itself do (the
 // hardening issue, item 16: they were root's when kennel ran as root).
 func TestADockerSessionsFilesBelongToItsKernel(t *testing.T) {
-	testneed.DockerEngine(t)
+	dockerneed.KernelEngine(t)
 	testneed.Root(t)
 	// Run as root, the kernel takes the uid of the directory it works in (never root):
 	// give it one that is neither root nor this process.

@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 func newCapture(t testing.TB, opts CaptureOptions) *Capture {
@@ -528,9 +530,9 @@ func TestCaptureSpillCreateFails(t *testing.T) {
 // pages past the prefix (except the tail) refuse with the spill's error.
 func TestCaptureSpillWriteFails(t *testing.T) {
 	dir := privateTempDir(t)
-	requireRoot(t, "mount a tmpfs")
+	testneed.Root(t) // to mount a tmpfs
 	if out, err := runCmd("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", dir); err != nil {
-		requireResource(t, fmt.Sprintf("mount tmpfs: %v: %s", err, out))
+		testneed.Missing(t, "mount -t tmpfs", fmt.Errorf("%w: %s", err, out))
 	}
 	t.Cleanup(func() { runCmd("umount", dir) })
 	c := newCapture(t, CaptureOptions{SpillDir: dir, PrefixBytes: 64 << 10, TailBytes: 4096})

@@ -53,23 +53,6 @@ func dirLen(t interface{ Fatalf(string, ...any) }, dir string) int {
 
 var _ cleaner = (*testing.T)(nil)
 
-// requireResource fails under CI=true and skips elsewhere: a test that needs a real
-// resource that is missing.
-func requireResource(t *testing.T, missing string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing under CI: %s", missing)
-	}
-	t.Skipf("skipped: %s", missing)
-}
-
-func requireRoot(t *testing.T, why string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		requireResource(t, "root, to "+why)
-	}
-}
-
 func runCmd(name string, args ...string) ([]byte, error) {
 	return exec.Command(name, args...).CombinedOutput()
 }

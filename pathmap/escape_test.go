@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/fshost/fsroot"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 const sentinel = "SENTINEL-OUTSIDE"
@@ -32,32 +31,32 @@ func newEscapeFixture(t *testing.T) *escapeFixture {
 	t.Helper()
 	root := tempDir(t)
 	f := &escapeFixture{root: root, a: root + "/a", c: root + "/c", out: root + "/outside"}
-	buildTree(t, root,
-		"file outside/secret: "+sentinel,
+	testtree.Build(t, root,
+		"file outside/secret "+sentinel,
 		"dir outside/sub",
-		"file a/d/f: inside",
-		"file c/x: in c",
-		"symlink a/abs -> $ROOT/outside",                 // absolute symlink out
-		"symlink a/rel -> ../outside",                    // relative symlink climbing out
-		"symlink a/d/deeprel -> ../../../../../../../..", // climbing far past the root
-		"symlink a/chain1 -> chain2",                     // chain of links ending outside
-		"symlink a/chain2 -> d/chain3",
-		"symlink a/d/chain3 -> ../../outside/secret",
-		"symlink a/okchain1 -> okchain2", // chain of links staying inside
-		"symlink a/okchain2 -> d/f",
-		"symlink a/toc -> $ROOT/c",              // into another mount: allowed
-		"symlink a/tocrel -> ../c/x",            // relative, into another mount: allowed
-		"symlink a/dd -> $ROOT/outside/sub",     // ".." after a link out
-		"symlink a/dangle -> $ROOT/outside/new", // dangling, pointing out
-		"symlink a/dangleout2 -> ../outside/new2",
-		"symlink a/danglein -> d/new", // dangling, pointing in: a write creates d/new
-		"symlink a/loop1 -> loop2",
-		"symlink a/loop2 -> loop1",
-		"symlink a/self -> self/x",
-		"symlink a/magic -> /proc/self/root$ROOT/outside/secret",
-		"symlink a/procfd -> /proc/self/cwd",
-		"symlink a/rootlink -> /",
-		"hardlink a/hard -> outside/secret",
+		"file a/d/f inside",
+		"file c/x in c",
+		"symlink a/abs $ROOT/outside",                 // absolute symlink out
+		"symlink a/rel ../outside",                    // relative symlink climbing out
+		"symlink a/d/deeprel ../../../../../../../..", // climbing far past the root
+		"symlink a/chain1 chain2",                     // chain of links ending outside
+		"symlink a/chain2 d/chain3",
+		"symlink a/d/chain3 ../../outside/secret",
+		"symlink a/okchain1 okchain2", // chain of links staying inside
+		"symlink a/okchain2 d/f",
+		"symlink a/toc $ROOT/c",              // into another mount: allowed
+		"symlink a/tocrel ../c/x",            // relative, into another mount: allowed
+		"symlink a/dd $ROOT/outside/sub",     // ".." after a link out
+		"symlink a/dangle $ROOT/outside/new", // dangling, pointing out
+		"symlink a/dangleout2 ../outside/new2",
+		"symlink a/danglein d/new", // dangling, pointing in: a write creates d/new
+		"symlink a/loop1 loop2",
+		"symlink a/loop2 loop1",
+		"symlink a/self self/x",
+		"symlink a/magic /proc/self/root$ROOT/outside/secret",
+		"symlink a/procfd /proc/self/cwd",
+		"symlink a/rootlink /",
+		"hardlink a/hard outside/secret",
 	)
 	f.m = newMap(t, Config{Dir: f.a, Mounts: []Mount{
 		{Sandbox: "/work", Host: f.a},
@@ -66,41 +65,9 @@ func newEscapeFixture(t *testing.T) *escapeFixture {
 	return f
 }
 
-// snapshot lists every entry below dir with its content (files) or target (symlinks).
-func snapshot(t *testing.T, dir string) string {
-	t.Helper()
-	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		line := p + " " + info.Mode().String()
-		switch {
-		case info.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			line += " " + string(b)
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			line += " -> " + l
-		}
-		lines = append(lines, line)
-		return nil
-	})
-	must(t, err)
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
 func TestEscapeSuite(t *testing.T) {
 	f := newEscapeFixture(t)
-	before := snapshot(t, f.out)
+	before := testtree.List(t, f.out)
 	cases := []struct {
 		name, path, reason string
 	}{
@@ -148,8 +115,8 @@ func TestEscapeSuite(t *testing.T) {
 			t.Errorf("rename target %q/new resolved", p)
 		}
 	}
-	if after := snapshot(t, f.out); after != before {
-		t.Fatalf("outside changed:\n%s\nwas:\n%s", after, before)
+	if after := testtree.List(t, f.out); !slices.Equal(after, before) {
+		t.Fatalf("outside changed:\n%q\nwas:\n%q", after, before)
 	}
 }
 
@@ -220,16 +187,20 @@ func TestMagicLinksInAMount(t *testing.T) {
 	}
 }
 
+// swapTree is the tree of the swap races: a/dir is swapped with a/evil, a symlink to
+// outside.
+var swapTree = []string{
+	"file a/dir/file INSIDE",
+	"file outside/file " + sentinel,
+	"symlink a/evil $ROOT/outside",
+}
+
 // The race: a directory on the path is swapped with a symlink pointing outside, in a
 // tight loop, while another goroutine opens and reads through it 10,000 times. No read
 // may ever return the sentinel.
 func TestSwapRace(t *testing.T) {
 	root := tempDir(t)
-	buildTree(t, root,
-		"file a/dir/file: INSIDE",
-		"file outside/file: "+sentinel,
-		"symlink a/evil -> $ROOT/outside",
-	)
+	testtree.Build(t, root, swapTree...)
 	m := newMap(t, Config{Dir: root + "/a", Mounts: []Mount{{Sandbox: "/work", Host: root + "/a"}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -302,13 +273,9 @@ func TestSwapRace(t *testing.T) {
 // Writes race the same swap: nothing may ever be created or changed outside.
 func TestSwapRaceWrite(t *testing.T) {
 	root := tempDir(t)
-	buildTree(t, root,
-		"file a/dir/file: INSIDE",
-		"file outside/file: "+sentinel,
-		"symlink a/evil -> $ROOT/outside",
-	)
+	testtree.Build(t, root, swapTree...)
 	m := newMap(t, Config{Dir: root + "/a", Mounts: []Mount{{Sandbox: "/work", Host: root + "/a"}}})
-	before := snapshot(t, root+"/outside")
+	before := testtree.List(t, root+"/outside")
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -345,8 +312,8 @@ func TestSwapRaceWrite(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	if after := snapshot(t, root+"/outside"); after != before {
-		t.Fatalf("outside changed:\n%s\nwas:\n%s", after, before)
+	if after := testtree.List(t, root+"/outside"); !slices.Equal(after, before) {
+		t.Fatalf("outside changed:\n%q\nwas:\n%q", after, before)
 	}
 }
 

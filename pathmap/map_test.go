@@ -3,8 +3,11 @@ package pathmap
 import (
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // fixture is a Map over three host directories:
@@ -23,22 +26,22 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	root := tempDir(t)
 	f := &fixture{root: root, a: root + "/a", b: root + "/b", c: root + "/c"}
-	buildTree(t, root,
+	testtree.Build(t, root,
 		"dir a/d",
-		"file a/d/f: hello",
-		"file a/ünï cødé: unicode",
-		"file a/"+oddName+": odd",
+		"file a/d/f hello",
+		`file "a/ünï cødé" unicode`,
+		"file "+strconv.Quote("a/"+oddName)+" odd",
 		"dir a/sub/hidden", // shadowed by the /work/sub mount
-		"file a/sub/hidden/h: shadowed",
-		"symlink a/lin -> d/f",
-		"symlink a/labs -> $ROOT/a/d",
-		"symlink a/lc -> $ROOT/c/x",
-		"symlink a/lsub -> $ROOT/b",
-		"file b/g: in b",
-		"file c/x: in c",
-		"file e/z: in e",
+		"file a/sub/hidden/h shadowed",
+		"symlink a/lin d/f",
+		"symlink a/labs $ROOT/a/d",
+		"symlink a/lc $ROOT/c/x",
+		"symlink a/lsub $ROOT/b",
+		"file b/g in b",
+		"file c/x in c",
+		"file e/z in e",
 		"dir outside",
-		"file outside/secret: SENTINEL",
+		"file outside/secret SENTINEL",
 	)
 	f.m = newMap(t, Config{Dir: f.a, Mounts: []Mount{
 		{Sandbox: "/work", Host: f.a},
@@ -236,7 +239,7 @@ func TestResolveEntryTable(t *testing.T) {
 
 func TestNewIdentityAndStart(t *testing.T) {
 	root := tempDir(t)
-	buildTree(t, root, "dir proj/src", "dir other", "symlink proj/out -> ../other")
+	testtree.Build(t, root, "dir proj/src", "dir other", "symlink proj/out ../other")
 	m := newMap(t, Config{Dir: root + "/proj"})
 	if got := m.Mounts(); len(got) != 1 || got[0].Sandbox != root+"/proj" || got[0].Host != root+"/proj" || got[0].ReadOnly {
 		t.Fatalf("identity mounts = %+v", got)
@@ -266,7 +269,7 @@ func TestNewIdentityAndStart(t *testing.T) {
 
 func TestNewRefusesBadMounts(t *testing.T) {
 	root := tempDir(t)
-	buildTree(t, root, "dir a", "file f")
+	testtree.Build(t, root, "dir a", "file f")
 	cases := []Config{
 		{Dir: "rel"},
 		{Dir: root + "/a", Mounts: []Mount{{Sandbox: "work", Host: root + "/a"}}},
@@ -291,7 +294,7 @@ func TestNewRefusesBadMounts(t *testing.T) {
 
 func TestErrorMessageNamesNoHostPath(t *testing.T) {
 	f := newFixture(t)
-	buildTree(t, f.a, "symlink lout -> "+f.root+"/outside")
+	testtree.Build(t, f.a, "symlink lout "+f.root+"/outside")
 	for _, p := range []string{"lout/secret", "lout/../x\nforged line"} {
 		_, err := f.m.Resolve("/work", p)
 		if reason(t, err) != "outside" {
@@ -319,7 +322,7 @@ func TestOpenReadsCheckedFile(t *testing.T) {
 			t.Errorf("Open(%q): %v; want %s", p, err, want)
 		}
 	}
-	buildTree(t, f.a, "fifo p")
+	testtree.Build(t, f.a, "fifo p")
 	if _, _, err := f.m.open("/work", "p"); reason(t, err) != "invalid" {
 		t.Errorf("Open(fifo): %v; want invalid", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // mountTmpfs mounts a tmpfs of the given size ("1m") on a new temporary directory and
@@ -51,17 +53,17 @@ func fill(t testing.TB, p string) {
 // noTemps fails the test if a temporary file of WriteFile is left anywhere below dir.
 func noTemps(t *testing.T, dir string) {
 	t.Helper()
-	if s := snapshot(t, dir); strings.Contains(s, ".kennel-tmp-") {
+	if s := strings.Join(testtree.List(t, dir), "\n"); strings.Contains(s, ".kennel-tmp-") {
 		t.Errorf("temporary file left:\n%s", s)
 	}
 }
 
 func TestWriteFileOnAFullDiskIsNoSpaceAndChangesNothing(t *testing.T) {
 	dir := mountTmpfs(t, "1m")
-	buildTree(t, dir, "file old: old content", "dir d")
+	testtree.Build(t, dir, "file old old content", "dir d")
 	fill(t, dir+"/fill")
 	m := newMap(t, Config{Dir: dir, Mounts: []Mount{{Sandbox: "/w", Host: dir}}})
-	before := snapshot(t, dir)
+	before := testtree.List(t, dir)
 	big := bytes.Repeat([]byte("new "), 64<<10)
 	for _, p := range []string{"old", "d/new", "n1/n2/new"} {
 		tg, err := m.Resolve("/w", p)
@@ -78,8 +80,8 @@ func TestWriteFileOnAFullDiskIsNoSpaceAndChangesNothing(t *testing.T) {
 			t.Errorf("WriteFile(%q): message %q names a host path", p, err)
 		}
 	}
-	if after := snapshot(t, dir); after != before {
-		t.Fatalf("a failed write changed the tree:\n%s\nwas:\n%s", after, before)
+	if after := testtree.List(t, dir); !slices.Equal(after, before) {
+		t.Fatalf("a failed write changed the tree:\n%q\nwas:\n%q", after, before)
 	}
 	noTemps(t, dir)
 }

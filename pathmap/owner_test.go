@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 func TestParseOwner(t *testing.T) {
@@ -65,7 +67,7 @@ func TestWriteFileGivesWhatItCreatesToTheOwner(t *testing.T) {
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
 	dir := tempDir(t)
-	buildTree(t, dir, "file mine: operator's", "file m/one: 1", "dir d")
+	testtree.Build(t, dir, "file mine operator's", "file m/one 1", "dir d")
 	must(t, os.Chown(dir+"/mine", 1234, 4321))
 	must(t, os.Chmod(dir+"/mine", 0o640))
 	m := newMap(t, Config{Dir: dir, Mounts: []Mount{{Sandbox: "/w", Host: dir}}, Owner: &Owner{65534, 65534}})
@@ -185,9 +187,9 @@ func TestNewRefusesAnOwnerItCannotGiveFilesTo(t *testing.T) {
 // file with the wrong owner.
 func TestWriteFileFailsClosedWhenTheChownFails(t *testing.T) {
 	dir := tempDir(t)
-	buildTree(t, dir, "file old: old")
+	testtree.Build(t, dir, "file old old")
 	m := newMap(t, Config{Dir: dir, Owner: &Owner{65534, 65534}})
-	before := snapshot(t, dir)
+	before := testtree.List(t, dir)
 	err := onThreadWithoutChown(t, func() error {
 		for _, p := range []string{"new", "a/b/new"} {
 			tg, err := m.Resolve(dir, p)
@@ -201,8 +203,8 @@ func TestWriteFileFailsClosedWhenTheChownFails(t *testing.T) {
 		return nil
 	})
 	must(t, err)
-	if after := snapshot(t, dir); after != before {
-		t.Fatalf("a failed write changed the tree:\n%s\nwas:\n%s", after, before)
+	if after := testtree.List(t, dir); !slices.Equal(after, before) {
+		t.Fatalf("a failed write changed the tree:\n%q\nwas:\n%q", after, before)
 	}
 	noTemps(t, dir)
 }
@@ -212,7 +214,7 @@ func TestWriteFileFailsClosedWhenTheChownFails(t *testing.T) {
 func TestGiveDirRefusesADirectorySwappedIn(t *testing.T) {
 	testneed.Root(t) // to give a directory to another uid
 	dir := tempDir(t)
-	buildTree(t, dir, "file swapped/theirs: x", "dir fresh")
+	testtree.Build(t, dir, "file swapped/theirs x", "dir fresh")
 	for p, want := range map[string]error{"swapped": ErrChanged, "fresh": nil} {
 		fd, err := unix.Open(dir+"/"+p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		must(t, err)

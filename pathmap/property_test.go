@@ -2,6 +2,7 @@ package pathmap
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // With the identity map, the walk must agree with the host kernel's own resolution: every
@@ -23,11 +26,7 @@ func TestResolveAgreesWithHost(t *testing.T) {
 		root, err := os.MkdirTemp(base, "t")
 		must(t, err)
 		mnt := root + "/m"
-		must(t, os.MkdirAll(mnt+"/d0/d1", 0o755))
-		must(t, os.MkdirAll(root+"/o", 0o755))
-		must(t, os.WriteFile(root+"/o/f0", []byte(sentinel), 0o644))
-		must(t, os.WriteFile(mnt+"/f0", []byte("f0"), 0o644))
-		must(t, os.WriteFile(mnt+"/d0/f0", []byte("d0f0"), 0o644))
+		testtree.Build(rt, root, "dir m/d0/d1", "file o/f0 "+sentinel, "file m/f0 f0", "file m/d0/f0 d0f0")
 		targets := []string{
 			".", "..", "../..", "d0", "d0/d1", "f0", "../f0", "../o", "../o/f0", "l0", "l1", "l2",
 			"d1/../f0", "../m/d0", "nope", mnt, mnt + "/d0", mnt + "/../o", mnt + "/d0/../f0", "/", root,
@@ -37,7 +36,7 @@ func TestResolveAgreesWithHost(t *testing.T) {
 		for i := range 3 {
 			dir := rapid.SampledFrom(dirs).Draw(rt, "linkdir")
 			target := rapid.SampledFrom(targets).Draw(rt, "target")
-			os.Symlink(target, filepath.Join(mnt, dir, "l"+strconv.Itoa(i)))
+			testtree.Build(rt, mnt, "symlink "+path.Join(dir, "l"+strconv.Itoa(i))+" "+target)
 		}
 		m, err := New(Config{Dir: mnt})
 		if err != nil {

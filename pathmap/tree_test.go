@@ -1,58 +1,10 @@
 package pathmap
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
-
-// buildTree makes a tree under dir from short specs:
-//
-//	"dir a/b"            a directory (and its parents)
-//	"file a/x"           an empty file; "file a/x: text" with content
-//	"symlink a/l -> t"   a symlink with target t (written as is; "$ROOT" is replaced by dir)
-//	"hardlink a/h -> t"  a hard link to t (relative to dir, or absolute)
-//	"fifo a/p"           a named pipe
-func buildTree(t testing.TB, dir string, specs ...string) {
-	t.Helper()
-	for _, s := range specs {
-		kind, rest, _ := strings.Cut(s, " ")
-		rest = strings.ReplaceAll(rest, "$ROOT", dir)
-		switch kind {
-		case "dir":
-			must(t, os.MkdirAll(filepath.Join(dir, rest), 0o755))
-		case "file":
-			name, content, _ := strings.Cut(rest, ": ")
-			p := filepath.Join(dir, name)
-			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			must(t, os.WriteFile(p, []byte(content), 0o644))
-		case "symlink", "hardlink":
-			name, target, ok := strings.Cut(rest, " -> ")
-			if !ok {
-				t.Fatalf("bad spec %q", s)
-			}
-			p := filepath.Join(dir, name)
-			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			if kind == "symlink" {
-				must(t, os.Symlink(target, p))
-			} else {
-				if !filepath.IsAbs(target) {
-					target = filepath.Join(dir, target)
-				}
-				must(t, os.Link(target, p))
-			}
-		case "fifo":
-			p := filepath.Join(dir, rest)
-			must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-			must(t, unix.Mkfifo(p, 0o644))
-		default:
-			t.Fatalf("bad spec %q", s)
-		}
-	}
-}
 
 func must(t testing.TB, err error) {
 	t.Helper()

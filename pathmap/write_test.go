@@ -3,11 +3,13 @@ package pathmap
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 func TestWriteFile(t *testing.T) {
@@ -61,8 +63,8 @@ func TestWriteFile(t *testing.T) {
 
 func TestWriteFileRefusals(t *testing.T) {
 	f := newFixture(t)
-	buildTree(t, f.a, "fifo p")
-	before := snapshot(t, f.c)
+	testtree.Build(t, f.a, "fifo p")
+	before := testtree.List(t, f.c)
 	cases := []struct{ path, reason string }{
 		{"/data/x", "read_only"},
 		{"/data/new/file", "read_only"},
@@ -84,14 +86,14 @@ func TestWriteFileRefusals(t *testing.T) {
 			t.Errorf("WriteFile(%q): %#v is not a versioned read_only refusal", c.path, err)
 		}
 	}
-	if after := snapshot(t, f.c); after != before {
+	if after := testtree.List(t, f.c); !slices.Equal(after, before) {
 		t.Fatalf("read-only mount changed")
 	}
 }
 
 func TestRename(t *testing.T) {
 	f := newFixture(t)
-	buildTree(t, f.a, "file m/one: 1", "file m/two: 2", "symlink m/link -> one")
+	testtree.Build(t, f.a, "file m/one 1", "file m/two 2", "symlink m/link one")
 	entry := func(p string) Target {
 		t.Helper()
 		tg, err := f.m.ResolveEntry("/work", p)
@@ -118,8 +120,8 @@ func TestRename(t *testing.T) {
 		t.Fatalf("m/two still there: %v", err)
 	}
 	// Refusals change nothing.
-	buildTree(t, f.a, "file m/three: 3")
-	before := snapshot(t, f.root)
+	testtree.Build(t, f.a, "file m/three 3")
+	before := testtree.List(t, f.root)
 	cases := []struct {
 		from, to, reason string
 	}{
@@ -141,8 +143,8 @@ func TestRename(t *testing.T) {
 			t.Errorf("ResolveEntry(%q) (a mount root): %v; want invalid", p, err)
 		}
 	}
-	if after := snapshot(t, f.root); after != before {
-		t.Fatalf("a refused rename changed the tree:\n%s\nwas:\n%s", after, before)
+	if after := testtree.List(t, f.root); !slices.Equal(after, before) {
+		t.Fatalf("a refused rename changed the tree:\n%q\nwas:\n%q", after, before)
 	}
 }
 
@@ -158,10 +160,8 @@ func TestRenameCrossDevice(t *testing.T) {
 	var a, b syscall.Statfs_t
 	must(t, syscall.Statfs(root, &a))
 	must(t, syscall.Statfs(shm, &b))
-	if a.Type == b.Type && a.Fsid == b.Fsid {
-		t.Skip("the temporary directory is on /dev/shm's file system")
-	}
-	buildTree(t, root, "file f: data", "dir d")
+	testneed.Need(t, a.Type != b.Type || a.Fsid != b.Fsid, "a /dev/shm on another file system than the temporary directory")
+	testtree.Build(t, root, "file f data", "dir d")
 	must(t, os.Chmod(root+"/f", 0o640))
 	m := newMap(t, Config{Dir: root, Mounts: []Mount{{Sandbox: "/w", Host: root}, {Sandbox: "/s", Host: shm}}})
 	from, _ := m.ResolveEntry("/w", "f")

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 func TestParseArgv(t *testing.T) {
@@ -61,8 +63,7 @@ func TestParseArgvInvertsShellQuoting(t *testing.T) {
 
 // ParseArgv splits as sh does, for text without expansions.
 func TestParseArgvAgreesWithSh(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	need(t, err == nil, "sh")
+	sh := testneed.Tool(t, "sh")
 	for _, in := range []string{
 		`setsid -w sh -c 'exec "$@"' --`, `a"b c"d`, `"a\"b\\c\$d\x"`, `a\ b \'c`, `'' ""`,
 		`x 'y z' "w  v" \"`, "a\\\nb c", `"\\\\"`, `'\'`, `"it's"`, `a\\b`,

@@ -39,18 +39,6 @@ func writeFile(t testing.TB, file, data string) {
 	}
 }
 
-// need skips (or, under CI=true, fails) a test whose real resource is missing.
-func need(t testing.TB, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing under CI: %s", what)
-	}
-	t.Skip("missing: " + what)
-}
-
 func (e env) load(t testing.TB) *Result {
 	t.Helper()
 	r, err := Load(LoadOptions{GlobalDir: e.global, ProjectDir: e.project})

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/sessionspec"
 )
@@ -247,7 +248,7 @@ func TestUnreadableFilesApplyNothingAndFailClosed(t *testing.T) {
 		}
 	})
 	t.Run("owned by another user", func(t *testing.T) {
-		need(t, os.Geteuid() == 0, "root, to give a file away")
+		testneed.Root(t) // to give a file away
 		e := newEnv(t)
 		writeFile(t, e.globalFile(), `{"logLevel": "debug"}`)
 		if err := os.Chown(e.globalFile(), 65534, 65534); err != nil {

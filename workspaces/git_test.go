@@ -9,17 +9,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
-// needGit returns the git binary, or skips (fails under CI=true) without it.
+// needGit requires git (testneed) and gives the test an environment in which no global
+// or system git config applies.
 func needGit(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("git is not installed: %v", err)
-		}
-		t.Skip("git is not installed")
-	}
+	testneed.Tools(t, "git")
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", home)
@@ -50,14 +49,14 @@ func TestGitRoundTrip(t *testing.T) {
 	parent := filepath.Join(dir, "repo")
 	os.Mkdir(parent, 0o755)
 	git(t, parent, "init", "-q")
-	writeTree(t, parent, tree(t,
-		"file .gitignore=*.o\nout/\n",
-		"file a.txt=a", "file b.txt=b", "file c.txt=c", "file d/e.txt=e",
-		"file rename_me.txt=r", "file keep.txt=k", "link to-a->a.txt",
-	))
+	testtree.Build(t, parent,
+		"file .gitignore *.o\nout/\n",
+		"file a.txt a", "file b.txt b", "file c.txt c", "file d/e.txt e",
+		"file rename_me.txt r", "file keep.txt k", "symlink to-a a.txt",
+	)
 	git(t, parent, "add", "-A")
 	git(t, parent, "commit", "-q", "-m", "base")
-	writeTree(t, parent, tree(t, "file x.o=obj", "file out/bin=bin", "file u.txt=untracked", "file secret.txt=s"))
+	testtree.Build(t, parent, "file x.o obj", "file out/bin bin", "file u.txt untracked", "file secret.txt s")
 	os.WriteFile(filepath.Join(parent, ".git", "info", "exclude"), []byte("secret.txt\n"), 0o644)
 
 	res := mustCreate(t, parent, filepath.Join(dir, "state"), "child")

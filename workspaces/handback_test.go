@@ -161,14 +161,14 @@ func TestHandBackProperties(t *testing.T) {
 func TestHandBackTable(t *testing.T) {
 	cases := []scenario{
 		{
-			base:   tree(t, "file a=1", "file b=1", "file c=1", "file d/x=1", "link l->a", "file keep=1"),
-			parent: tree(t, "file a=1", "file b=2", "file c=1", "file d/x=1", "link l->a", "file keep=1", "file p=parent"),
-			child:  tree(t, "file a=9", "file b=3", "file d=file", "link l->b", "file keep=1", "file n/e/w=new", "file c=1 0755"),
+			base:   tree(t, "file a 1", "file b 1", "file c 1", "file d/x 1", "symlink l a", "file keep 1"),
+			parent: tree(t, "file a 1", "file b 2", "file c 1", "file d/x 1", "symlink l a", "file keep 1", "file p parent"),
+			child:  tree(t, "file a 9", "file b 3", "file d file", "symlink l b", "file keep 1", "file n/e/w new", "file:0755 c 1"),
 		},
 		{
-			base:   tree(t, "file a=1"),
-			parent: tree(t, "file a=1", "file q/x=1"),
-			child:  tree(t, "file a/x=1", "file q=1"),
+			base:   tree(t, "file a 1"),
+			parent: tree(t, "file a 1", "file q/x 1"),
+			child:  tree(t, "file a/x 1", "file q 1"),
 		},
 	}
 	for i, sc := range cases {
@@ -206,9 +206,9 @@ func normalRecord(t tb, st *staged) string {
 // once per run and never after the record.
 func TestHandBackCutAtEveryStep(t *testing.T) {
 	scenarios := []scenario{{
-		base:   tree(t, "file a=1", "file b=1", "file c=1", "file d/x=1", "file d/y=1", "link l->a", "file keep=1", "file t=1"),
-		parent: tree(t, "file a=1", "file b=2", "file c=1", "file d/x=1", "file d/y=1", "link l->a", "file keep=1", "file p=parent", "file t=1"),
-		child:  tree(t, "file a=9", "file b=3", "file d=file", "link l->b", "file keep=1", "file n/e/w=new", "file c=1 0755", "file t/u=1"),
+		base:   tree(t, "file a 1", "file b 1", "file c 1", "file d/x 1", "file d/y 1", "symlink l a", "file keep 1", "file t 1"),
+		parent: tree(t, "file a 1", "file b 2", "file c 1", "file d/x 1", "file d/y 1", "symlink l a", "file keep 1", "file p parent", "file t 1"),
+		child:  tree(t, "file a 9", "file b 3", "file d file", "symlink l b", "file keep 1", "file n/e/w new", "file:0755 c 1", "file t/u 1"),
 	}}
 	for i := range 8 {
 		scenarios = append(scenarios, rapid.Custom(genScenario).Example(i))
@@ -312,7 +312,7 @@ func cutEverywhere(t *testing.T, sc scenario) {
 // TestHandBackLeftCopyIsRemoved checks a copy beside a path that a crash left (the
 // process died between the copy and its rename) is gone after the rerun.
 func TestHandBackLeftCopyIsRemoved(t *testing.T) {
-	sc := scenario{base: tree(t, "file d/a=1"), parent: tree(t, "file d/a=1"), child: tree(t, "file d/a=2")}
+	sc := scenario{base: tree(t, "file d/a 1"), parent: tree(t, "file d/a 1"), child: tree(t, "file d/a 2")}
 	st := stage(t, t.TempDir(), sc)
 	_, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{Step: func(name string) error {
 		if name == "rename d/a" {
@@ -340,7 +340,7 @@ func TestHandBackLeftCopyIsRemoved(t *testing.T) {
 // TestHandBackFailedStopKeepsTheCopy checks a hand-back whose child cannot be stopped fails,
 // changes nothing, and can be done later.
 func TestHandBackFailedStopKeepsTheCopy(t *testing.T) {
-	sc := scenario{base: tree(t, "file a=1"), parent: tree(t, "file a=1"), child: tree(t, "file a=2")}
+	sc := scenario{base: tree(t, "file a 1"), parent: tree(t, "file a 1"), child: tree(t, "file a 2")}
 	st := stage(t, t.TempDir(), sc)
 	errStop := errors.New("kernel will not die")
 	_, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{Stop: func(context.Context) error { return errStop }})
@@ -365,9 +365,9 @@ func TestHandBackFailedStopKeepsTheCopy(t *testing.T) {
 // file the child made is a conflict with nothing saved.
 func TestHandBackChildGitignoreHidesNoBaseFile(t *testing.T) {
 	sc := scenario{
-		base:   tree(t, "file a.log=1", "file b=1"),
-		parent: tree(t, "file a.log=1", "file b=1"),
-		child:  tree(t, "file a.log=1", "file b=1", "file .gitignore=*.log", "file new.log=ignored", "file n=new"),
+		base:   tree(t, "file a.log 1", "file b 1"),
+		parent: tree(t, "file a.log 1", "file b 1"),
+		child:  tree(t, "file a.log 1", "file b 1", "file .gitignore *.log", "file new.log ignored", "file n new"),
 	}
 	st := stage(t, t.TempDir(), sc)
 	if err := mkfifo(filepath.Join(st.ws.Path(), "pipe")); err != nil {
@@ -377,7 +377,7 @@ func TestHandBackChildGitignoreHidesNoBaseFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := tree(t, "file a.log=1", "file b=1", "file .gitignore=*.log", "file n=new")
+	want := tree(t, "file a.log 1", "file b 1", "file .gitignore *.log", "file n new")
 	if got := readTree(t, st.parentDir); !maps.Equal(got, want) {
 		t.Fatalf("parent %v, want %v", got, want)
 	}
@@ -401,7 +401,7 @@ func private(l Listing) Listing {
 // TestHandBackParentChangedDuringTheHandBack checks a parent file changed after the scan,
 // before its rename, is kept as a conflict and not overwritten.
 func TestHandBackParentChangedDuringTheHandBack(t *testing.T) {
-	sc := scenario{base: tree(t, "file x=1", "file y=1"), parent: tree(t, "file x=1", "file y=1"), child: tree(t, "file x=2")}
+	sc := scenario{base: tree(t, "file x 1", "file y 1"), parent: tree(t, "file x 1", "file y 1"), child: tree(t, "file x 2")}
 	st := stage(t, t.TempDir(), sc)
 	out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true, Step: func(name string) error {
 		if name == "remove y" {
@@ -412,7 +412,7 @@ func TestHandBackParentChangedDuringTheHandBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := readTree(t, st.parentDir); !maps.Equal(got, tree(t, "file x=3")) {
+	if got := readTree(t, st.parentDir); !maps.Equal(got, tree(t, "file x 3")) {
 		t.Fatalf("parent %v", got)
 	}
 	if got := conflictsOf(out); !slices.Equal(got, []string{"x:both-changed"}) {

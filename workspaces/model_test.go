@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // tb is what the model helpers need of a *testing.T or a *rapid.T.
@@ -16,35 +18,28 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
-// tree builds a Listing from short specs: "file a/b=content", "file x=1 0755" (a last
-// word of four octal digits is the mode),
-// "link l->target", "dir d". Directories above every entry are added.
+// tree builds a Listing from testtree specs ("file a/b content", "file:0755 x 1",
+// "symlink l target", "dir d", "fifo p"), the same specs testtree.Build makes on disk.
+// Directories above every entry are added.
 func tree(t tb, specs ...string) Listing {
 	t.Helper()
 	l := Listing{}
 	for _, s := range specs {
-		kind, rest, _ := strings.Cut(s, " ")
-		switch kind {
-		case "file":
-			mode := fs.FileMode(0o644)
-			if i := strings.LastIndex(rest, " "); i >= 0 && len(rest)-i == 5 && rest[i+1] == '0' {
-				var v uint32
-				if _, err := fmt.Sscanf(rest[i+1:], "%o", &v); err != nil {
-					t.Fatalf("spec %q: %v", s, err)
-				}
-				mode, rest = fs.FileMode(v), rest[:i]
-			}
-			p, content, _ := strings.Cut(rest, "=")
-			l[p] = Entry{Kind: KindFile, Mode: mode, Content: content}
-		case "link":
-			p, target, _ := strings.Cut(rest, "->")
-			l[p] = Entry{Kind: KindSymlink, Content: target}
-		case "dir":
-			l[rest] = Entry{Kind: KindDir}
-		case "fifo":
-			l[rest] = Entry{Kind: KindOther}
+		e, err := testtree.Parse(s)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		switch e.Kind {
+		case testtree.File:
+			l[e.Path] = Entry{Kind: KindFile, Mode: e.Mode, Content: e.Content}
+		case testtree.Symlink:
+			l[e.Path] = Entry{Kind: KindSymlink, Content: e.Content}
+		case testtree.Dir:
+			l[e.Path] = Entry{Kind: KindDir}
+		case testtree.FIFO:
+			l[e.Path] = Entry{Kind: KindOther}
 		default:
-			t.Fatalf("bad spec %q", s)
+			t.Fatalf("spec %q: a Listing holds no %s", s, e.Kind)
 		}
 	}
 	addDirs(l)

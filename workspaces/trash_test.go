@@ -16,6 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // removeHelperEnv makes the test binary remove the tree its value names with removeTree
@@ -49,7 +52,7 @@ func heldSweeper() (s *Sweeper, held chan string, release func()) {
 // record is written and the child's directory is a link, while the removal of the base
 // and the copy (moved whole into trash/) is still held back; Wait then waits for it.
 func TestHandBackSweepsInTheBackground(t *testing.T) {
-	sc := scenario{base: tree(t, "file a=1", "file d/b=1"), parent: tree(t, "file a=1", "file d/b=1"), child: tree(t, "file a=2", "file d/b=1", "file n=new")}
+	sc := scenario{base: tree(t, "file a 1", "file d/b 1"), parent: tree(t, "file a 1", "file d/b 1"), child: tree(t, "file a 2", "file d/b 1", "file n new")}
 	st := stage(t, t.TempDir(), sc)
 	s, held, release := heldSweeper()
 	out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true, Sweeper: s})
@@ -112,8 +115,8 @@ func TestLeftoverTrashIsSwept(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/background=%v", tc.name, background), func(t *testing.T) {
 				dir := t.TempDir()
 				outside := filepath.Join(dir, "outside")
-				mkTree(t, outside, "file keep=1", "dir sub")
-				sc := scenario{base: tree(t, "file a=1", "file d/e/b=1"), parent: tree(t, "file a=1", "file d/e/b=1"), child: tree(t, "file a=2", "file d/e/b=1")}
+				testtree.Build(t, outside, "file keep 1", "dir sub")
+				sc := scenario{base: tree(t, "file a 1", "file d/e/b 1"), parent: tree(t, "file a 1", "file d/e/b 1"), child: tree(t, "file a 2", "file d/e/b 1")}
 				st := stage(t, dir, sc)
 				// Things a removal must not follow, and a directory it may not write.
 				os.Symlink(outside, filepath.Join(st.ws.Path(), "out"))
@@ -136,7 +139,7 @@ func TestLeftoverTrashIsSwept(t *testing.T) {
 					t.Fatal(err)
 				}
 				other := filepath.Join(dir, "other")
-				mkTree(t, other, "file x=1")
+				testtree.Build(t, other, "file x 1")
 				var s *Sweeper
 				if background {
 					s = &Sweeper{}
@@ -150,7 +153,7 @@ func TestLeftoverTrashIsSwept(t *testing.T) {
 				if _, err := os.Lstat(trash); !errors.Is(err, fs.ErrNotExist) {
 					t.Fatalf("the leftover trash is still there: %v", err)
 				}
-				if got := readTree(t, outside); !maps.Equal(got, tree(t, "file keep=1", "dir sub")) {
+				if got := readTree(t, outside); !maps.Equal(got, tree(t, "file keep 1", "dir sub")) {
 					t.Fatalf("the sweep touched what a link pointed at: %v", got)
 				}
 				// The cut hand-back itself finishes on its rerun.
@@ -171,7 +174,7 @@ func TestLeftoverTrashIsSwept(t *testing.T) {
 // which waits for that lock, finds it done.
 func TestTrashLockedByAnotherRemoverIsLeftToIt(t *testing.T) {
 	trash := filepath.Join(t.TempDir(), trashName)
-	mkTree(t, trash, "file base/a=1")
+	testtree.Build(t, trash, "file base/a 1")
 	f, err := os.Open(trash)
 	if err != nil {
 		t.Fatal(err)
@@ -200,13 +203,13 @@ func TestTrashLockedByAnotherRemoverIsLeftToIt(t *testing.T) {
 // TestSweeperReportsErrors checks a removal that fails is reported by one Wait, and the
 // trash stays for a later sweep.
 func TestSweeperReportsErrors(t *testing.T) {
-	needRootTool(t)
+	testneed.Root(t) // to set a file immutable
 	trash := filepath.Join(t.TempDir(), trashName)
-	mkTree(t, trash, "file base/a=1")
+	testtree.Build(t, trash, "file base/a 1")
 	stuck := filepath.Join(trash, "base", "a")
 	if err := setImmutable(stuck, true); err != nil {
 		if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) {
-			t.Skipf("no immutable files here: %v", err)
+			testneed.Missing(t, "immutable files (chattr +i) on the temporary directory's file system", err)
 		}
 		t.Fatal(err)
 	}
@@ -254,21 +257,21 @@ func setImmutable(p string, on bool) error {
 // makes them writable through their own descriptors, and a symlink to a directory the
 // user could change stays a link (what it points at keeps its mode and its files).
 func TestRemoveTreeAsAnotherUser(t *testing.T) {
-	needRootTool(t)
+	testneed.Root(t) // to run the test binary as uid 65534
 	dir := t.TempDir()
 	os.Chmod(filepath.Dir(dir), 0o755) // t.TempDir's directories are 0700
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "workspaces.test")
 	copyFile(t, bin, os.Args[0], 0o755)
 	victim := filepath.Join(dir, "victim")
-	mkTree(t, victim, "file v=1")
+	testtree.Build(t, victim, "file v 1")
 	os.Chown(victim, 65534, 65534)
 	os.Chmod(victim, 0o555)
 	home := filepath.Join(dir, "home") // the user's: it may remove what is in it
 	os.Mkdir(home, 0o755)
 	os.Chown(home, 65534, 65534)
 	copyDir := filepath.Join(home, "copy")
-	mkTree(t, copyDir, "file a=1", "file ro/b=1", "file ro/deep/c=1", "file locked/d=1", "link lnk->../../victim")
+	testtree.Build(t, copyDir, "file a 1", "file ro/b 1", "file ro/deep/c 1", "file locked/d 1", "symlink lnk ../../victim")
 	filepath.WalkDir(copyDir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil {
 			os.Lchown(p, 65534, 65534)
@@ -299,7 +302,7 @@ func TestRemoveTreeAsAnotherUser(t *testing.T) {
 	}
 	// The same tree with a directory the user cannot make writable (owned by root)
 	// fails with a clear error, and the removal stops there.
-	mkTree(t, copyDir, "file rootdir/x=1")
+	testtree.Build(t, copyDir, "file rootdir/x 1")
 	os.Chmod(filepath.Join(copyDir, "rootdir"), 0o555)
 	os.Chmod(copyDir, 0o777)
 	out, err := asNobody().CombinedOutput()
@@ -328,22 +331,13 @@ func copyFile(t *testing.T, dst, src string, mode fs.FileMode) {
 	}
 }
 
-// mkTree makes root and the tree of specs (see tree) under it.
-func mkTree(t *testing.T, root string, specs ...string) {
-	t.Helper()
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeTree(t, root, tree(t, specs...))
-}
-
 // TestRemoveTreeProperties removes generated trees (files, directories, symlinks, some
 // pointing out of the tree) with two removers at once, as two processes sweeping one
 // trash may: both succeed, the tree is gone, and what the links point at is untouched.
 func TestRemoveTreeProperties(t *testing.T) {
 	root := t.TempDir()
 	outside := filepath.Join(root, "outside")
-	mkTree(t, outside, "file keep=1", "file d/keep=2")
+	testtree.Build(t, outside, "file keep 1", "file d/keep 2")
 	want := readTree(t, outside)
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {

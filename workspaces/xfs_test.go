@@ -12,34 +12,16 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// needRootTool skips (fails under CI=true) when not root or a tool is missing.
-func needRootTool(t testing.TB, tools ...string) {
-	t.Helper()
-	missing := []string{}
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing = append(missing, tool)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("needs %s", strings.Join(missing, ", "))
-	}
-	t.Skipf("needs %s (xfsprogs, util-linux)", strings.Join(missing, ", "))
-}
+	"github.com/kennel-dev/kennel/internal/testneed"
+)
 
 // mountXFS makes an XFS file system with reflinks on a loop device of size bytes, mounts
 // it and returns the mount point. The mount and the loop device go at the test's end.
 func mountXFS(t testing.TB, size int64) string {
 	t.Helper()
-	needRootTool(t, "mkfs.xfs", "losetup", "mount", "umount")
+	testneed.Root(t)                                            // to make a loop device and mount it
+	testneed.Tools(t, "mkfs.xfs", "losetup", "mount", "umount") // xfsprogs, util-linux
 	run := func(name string, args ...string) string {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()

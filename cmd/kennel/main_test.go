@@ -201,19 +201,7 @@ func TestVersionNamesProtocolAndBundle(t *testing.T) {
 // escapes refused.
 func TestRunOverSSH(t *testing.T) {
 	srv := sshtest.Start(t)
-	home := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for src, dst := range map[string]string{srv.ConfigFile: "config", srv.KnownHosts: "known_hosts"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, ".ssh", dst), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	home := sshHome(t, srv)
 	if err := os.WriteFile(filepath.Join(srv.Home, "remote.txt"), []byte("on the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/settings"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
@@ -113,7 +113,7 @@ func TestEveryTransportSettingStartsWhatItNames(t *testing.T) {
 	})
 
 	t.Run("docker", func(t *testing.T) {
-		testneed.DockerEngine(t)
+		dockerneed.KernelEngine(t)
 		setTransport(t, global, `{"docker": {}}`)
 		out, errOut, code := runWith(t, dir, global, nil, "run", "--debug", "-c", whereCell(host), "-c", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('network')\nexcept OSError:\n    print('no network')")
 		f := strings.Fields(out)
@@ -139,19 +139,7 @@ func TestEveryTransportSettingStartsWhatItNames(t *testing.T) {
 
 	t.Run("ssh", func(t *testing.T) {
 		srv := sshtest.Start(t)
-		home := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		for src, dst := range map[string]string{srv.ConfigFile: "config", srv.KnownHosts: "known_hosts"} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(home, ".ssh", dst), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		home := sshHome(t, srv)
 		setTransport(t, global, `{"ssh": {"target": "`+sshtest.Alias+`"}}`)
 		out, errOut, code := runWith(t, dir, global, []string{"HOME=" + home, "SSH_AUTH_SOCK="}, "run", "-c", "import os\nprint(os.getcwd())")
 		if code != 0 || strings.TrimSpace(out) != srv.Home {

@@ -4,26 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
-	"strings"
 	"testing"
 
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/protocol"
 )
-
-// python returns the real interpreter behind python3 on PATH (resolved once, not the
-// pyenv shim). Missing: the test fails under CI=true and is skipped elsewhere.
-func python(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
-	path := strings.TrimSpace(string(out))
-	if err != nil || path == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("python3 is needed: %v", err)
-		}
-		t.Skipf("python3 not found: %v", err)
-	}
-	return path
-}
 
 // stubFrames writes frames the way the kernel stub does: json.dumps of a dict with
 // event and id first, in both styles the stub might use (default separators with
@@ -55,7 +40,7 @@ func TestGateReadsARealPythonKernelsFrames(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes two 32 MiB lines; run without -short")
 	}
-	cmd := exec.Command(python(t), "-I", "-c", stubFrames)
+	cmd := exec.Command(testneed.Python(t), "-I", "-c", stubFrames)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

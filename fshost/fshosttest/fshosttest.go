@@ -27,14 +27,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/ignore"
+	"github.com/kennel-dev/kennel/internal/testtree"
 )
 
 // Handler serves fs.* requests as the controller calls its host handler.
@@ -64,62 +64,58 @@ type row struct {
 	typ, args, want string
 }
 
-// The tree: ws is served, outside is not; ig, served on its own, holds .gitignore files.
-// link is a symlink's target ("$BASE" is the temporary directory), or "|fifo" for a
-// named pipe; size, when set, extends the file to that many bytes with a hole.
-var tree = []struct {
-	path, content, link string
-	size                int64
-}{
-	{path: "ws/a.txt", content: "one\ntwo\nthree\n"},
-	{path: "ws/sub/b.go", content: "package b\nneedle one\n"},
-	{path: "ws/sub/deep/c.txt", content: "x\nneedle two\n"},
-	{path: "ws/bin", content: "needle\x00\x01"},
-	{path: "ws/.git/config", content: "needle in git\n"},
-	{path: "ws/link", link: "a.txt"},
-	{path: "ws/sub/up", link: ".."},
-	{path: "ws/out", link: "../outside"},
-	{path: "ws/outfile", link: "../outside/secret"},
-	{path: "ws/dangle", link: "../outside/new"},
-	{path: "ws/odd/abs", link: "$BASE/ws/a.txt"},
-	{path: "ws/odd/absout", link: "$BASE/outside/secret"},
-	{path: "ws/odd/loop1", link: "loop2"},
-	{path: "ws/odd/loop2", link: "loop1"},
-	{path: "ws/odd/dlink", link: "made.txt"},
-	{path: "ws/odd/fifo", link: "|fifo"},
-	{path: "outside/secret", content: "SENTINEL\n"},
+// The tree, in testtree specs ($ROOT is the temporary directory): ws is served, outside
+// is not; ig, served on its own, holds .gitignore files.
+var tree = []string{
+	"file ws/a.txt one\ntwo\nthree\n",
+	"file ws/sub/b.go package b\nneedle one\n",
+	"file ws/sub/deep/c.txt x\nneedle two\n",
+	"file ws/bin needle\x00\x01",
+	"file ws/.git/config needle in git\n",
+	"symlink ws/link a.txt",
+	"symlink ws/sub/up ..",
+	"symlink ws/out ../outside",
+	"symlink ws/outfile ../outside/secret",
+	"symlink ws/dangle ../outside/new",
+	"symlink ws/odd/abs $ROOT/ws/a.txt",
+	"symlink ws/odd/absout $ROOT/outside/secret",
+	"symlink ws/odd/loop1 loop2",
+	"symlink ws/odd/loop2 loop1",
+	"symlink ws/odd/dlink made.txt",
+	"fifo ws/odd/fifo",
+	"file outside/secret SENTINEL\n",
 
 	// Every rule kind, nested: the listing of ig is git's (git ls-files -co
 	// --exclude-standard), whichever implementation walks it. (git itself blocks on the
 	// FIFO, and git before dir.c's PATTERN_MAX_FILE_SIZE reads the oversized file.)
-	{path: "ig/.gitignore", content: "*.log\n!keep.log\nbuild/\n/top.txt\nlinkdir/\n/huge/.gitignore\n"},
-	{path: "ig/.git/info/exclude", content: "a.txt\n"}, // never applies
-	{path: "ig/a.txt", content: "needle a\n"},
-	{path: "ig/top.txt", content: "needle top\n"},        // /top.txt: ignored here only
-	{path: "ig/x.log", content: "needle log\n"},          // *.log
-	{path: "ig/keep.log", content: "needle keep\n"},      // !keep.log
-	{path: "ig/build/out.txt", content: "needle out\n"},  // build/: never entered
-	{path: "ig/build/.gitignore", content: "!out.txt\n"}, // so this cannot re-include
-	{path: "ig/linkdir", link: "src"},                    // linkdir/: a symlink is no directory
-	{path: "ig/src/.gitignore", content: "!x.log\n*.tmp\ngen/\n"},
-	{path: "ig/src/build", content: "needle src build\n"}, // a file: build/ is for directories
-	{path: "ig/src/top.txt", content: "needle src top\n"}, // not at the root
-	{path: "ig/src/x.log", content: "needle src x\n"},     // re-included by src/.gitignore
-	{path: "ig/src/y.log", content: "needle src y\n"},
-	{path: "ig/src/z.tmp", content: "needle src z\n"},
-	{path: "ig/src/gen/g.txt", content: "needle gen\n"},
-	{path: "ig/lib/.gitignore", content: "*\n!*/\n!*.py\n"}, // everything but directories and *.py
-	{path: "ig/lib/a.py", content: "needle lib a\n"},
-	{path: "ig/lib/b.txt", content: "needle lib b\n"},
-	{path: "ig/lib/sub/c.py", content: "needle lib c\n"},
-	{path: "ig/lib/sub/d.md", content: "needle lib d\n"},
-	{path: "ig/sym/.gitignore", link: "../src/.gitignore"}, // a symlinked .gitignore is not followed
-	{path: "ig/sym/z.tmp", content: "needle sym z\n"},
-	{path: "ig/fifo/.gitignore", link: "|fifo"}, // never opened: no rules
-	{path: "ig/fifo/f.txt", content: "needle fifo\n"},
+	"file ig/.gitignore *.log\n!keep.log\nbuild/\n/top.txt\nlinkdir/\n/huge/.gitignore\n",
+	"file ig/.git/info/exclude a.txt\n", // never applies
+	"file ig/a.txt needle a\n",
+	"file ig/top.txt needle top\n",        // /top.txt: ignored here only
+	"file ig/x.log needle log\n",          // *.log
+	"file ig/keep.log needle keep\n",      // !keep.log
+	"file ig/build/out.txt needle out\n",  // build/: never entered
+	"file ig/build/.gitignore !out.txt\n", // so this cannot re-include
+	"symlink ig/linkdir src",              // linkdir/: a symlink is no directory
+	"file ig/src/.gitignore !x.log\n*.tmp\ngen/\n",
+	"file ig/src/build needle src build\n", // a file: build/ is for directories
+	"file ig/src/top.txt needle src top\n", // not at the root
+	"file ig/src/x.log needle src x\n",     // re-included by src/.gitignore
+	"file ig/src/y.log needle src y\n",
+	"file ig/src/z.tmp needle src z\n",
+	"file ig/src/gen/g.txt needle gen\n",
+	"file ig/lib/.gitignore *\n!*/\n!*.py\n", // everything but directories and *.py
+	"file ig/lib/a.py needle lib a\n",
+	"file ig/lib/b.txt needle lib b\n",
+	"file ig/lib/sub/c.py needle lib c\n",
+	"file ig/lib/sub/d.md needle lib d\n",
+	"symlink ig/sym/.gitignore ../src/.gitignore", // a symlinked .gitignore is not followed
+	"file ig/sym/z.tmp needle sym z\n",
+	"fifo ig/fifo/.gitignore", // never opened: no rules
+	"file ig/fifo/f.txt needle fifo\n",
 	// Over ignore.MaxFileSize (a hole, nothing stored): no rules, "*" unread.
-	{path: "ig/huge/.gitignore", content: "*\n", size: ignore.MaxFileSize + 1},
-	{path: "ig/huge/h.txt", content: "needle huge\n"},
+	"file ig/huge/.gitignore *\n", // Run extends it to ignore.MaxFileSize+1
+	"file ig/huge/h.txt needle huge\n",
 }
 
 // readWrite is the table for a read-write directory, in order: later rows see what
@@ -260,21 +256,8 @@ func Run(t *testing.T, open Open) {
 	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range tree {
-		p := filepath.Join(base, e.path)
-		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		switch {
-		case e.link == "|fifo":
-			must(t, unix.Mkfifo(p, 0o644))
-		case e.link != "":
-			must(t, os.Symlink(strings.ReplaceAll(e.link, "$BASE", base), p))
-		default:
-			must(t, os.WriteFile(p, []byte(e.content), 0o644))
-			if e.size > 0 {
-				must(t, os.Truncate(p, e.size))
-			}
-		}
-	}
+	testtree.Build(t, base, tree...)
+	must(t, os.Truncate(filepath.Join(base, "ig", "huge", ".gitignore"), ignore.MaxFileSize+1))
 	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
 	t.Run("ReadOnly", func(t *testing.T) { runTable(t, open(t, ws, true), readOnly, outside) })
 	t.Run("ReadWrite", func(t *testing.T) { runTable(t, open(t, ws, false), readWrite, outside) })
@@ -286,7 +269,7 @@ func runTable(t *testing.T, s Served, rows []row, outside string) {
 	if s.Handler == nil || s.Dir == "" {
 		t.Fatalf("Open gave %+v", s)
 	}
-	before := listTree(t, outside)
+	before := testtree.List(t, outside)
 	w := strings.TrimSuffix(s.Dir, "/")
 	fill := func(x string) string {
 		return strings.ReplaceAll(strings.ReplaceAll(x, "$W2", w+"2"), "$W", w)
@@ -304,8 +287,8 @@ func runTable(t *testing.T, s Served, rows []row, outside string) {
 			t.Errorf("%s %s\n got %s\nwant %s", r.typ, r.args, unfill(got, w), r.want)
 		}
 	}
-	if after := listTree(t, outside); after != before {
-		t.Errorf("the directory outside changed:\n%s\nwas\n%s", after, before)
+	if after := testtree.List(t, outside); !slices.Equal(after, before) {
+		t.Errorf("the directory outside changed:\n%q\nwas\n%q", after, before)
 	}
 }
 
@@ -348,27 +331,6 @@ func filesAny(answer string) string {
 
 // unfill writes the served directory back as "$W" for messages.
 func unfill(s, w string) string { return strings.ReplaceAll(s, w, "$W") }
-
-// listTree lists names and contents below dir.
-func listTree(t *testing.T, dir string) string {
-	t.Helper()
-	var b strings.Builder
-	must(t, filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		b.WriteString(p + " " + info.Mode().String() + "\n")
-		if info.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			b.Write(data)
-		}
-		return nil
-	}))
-	return b.String()
-}
 
 func must(t *testing.T, err error) {
 	t.Helper()

@@ -5,14 +5,15 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // BenchmarkReaperTrue is the cost the reaper adds to a kernel's start and end: /bin/true
 // run under a reaper (the test binary re-executed), from Start until Wait returns. Its
 // baseline is BenchmarkExecTrue.
 func BenchmarkReaperTrue(b *testing.B) {
-	need(b, "true")
-	truePath, _ := exec.LookPath("true")
+	truePath := testneed.Tool(b, "true")
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
 	defer func() { inR.Close(); inW.Close(); outR.Close(); outW.Close() }()
@@ -30,8 +31,7 @@ func BenchmarkReaperTrue(b *testing.B) {
 
 // BenchmarkExecTrue is the baseline of BenchmarkReaperTrue: /bin/true started by os/exec.
 func BenchmarkExecTrue(b *testing.B) {
-	need(b, "true")
-	truePath, _ := exec.LookPath("true")
+	truePath := testneed.Tool(b, "true")
 	for b.Loop() {
 		if err := exec.Command(truePath).Run(); err != nil {
 			b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // helperEnv puts the test binary in helper mode: a controller that starts a reaper whose
@@ -47,19 +48,6 @@ func helper(script string) int {
 	select {}
 }
 
-// need fails (under CI=true) or skips the test when a program is missing.
-func need(t testing.TB, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is required: %v", n, err)
-			}
-			t.Skipf("%s not found: %v", n, err)
-		}
-	}
-}
-
 // kernel is a reaper started by a test, with the pipes to its kernel.
 type kernel struct {
 	*Process
@@ -69,7 +57,7 @@ type kernel struct {
 
 func startKernel(t *testing.T, s Spec, script string) *kernel {
 	t.Helper()
-	need(t, "sh", "sleep", "setsid")
+	testneed.Tools(t, "sh", "sleep", "setsid")
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +312,7 @@ func TestOrphansAreReapedWhileTheKernelRuns(t *testing.T) {
 }
 
 func TestStartFailuresLeaveNothing(t *testing.T) {
-	need(t, "true")
+	truePath := testneed.Tool(t, "true")
 	before := childPIDs(t)
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
@@ -338,7 +326,6 @@ func TestStartFailuresLeaveNothing(t *testing.T) {
 		t.Errorf("missing kernel: %v, want fs.ErrNotExist", err)
 	}
 
-	truePath, _ := exec.LookPath("true")
 	s = base
 	s.Argv, s.Path = []string{"/bin/sh"}, truePath
 	_, err = Start(context.Background(), s)
@@ -413,7 +400,7 @@ func TestThreadExitsDoNotEndTheKernel(t *testing.T) {
 // The controller is SIGKILLed: its reaper gets SIGTERM (parent-death signal), forwards it,
 // and kills the kernel's whole tree, the setsid'd and double-forked sleepers too.
 func TestControllerDeathEndsTheTree(t *testing.T) {
-	need(t, "sh", "sleep", "setsid")
+	testneed.Tools(t, "sh", "sleep", "setsid")
 	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"=echo $$; "+descendants+"trap '' TERM; while :; do sleep 1; done")
 	cmd.Stderr = os.Stderr

@@ -1,27 +1,32 @@
 // Package testneed is the one "skip here, fail under CI" rule for tests that need a real
-// resource (a Docker Engine, sshd, bubblewrap, root): under CI=true a missing resource
-// fails the test, so CI never passes by skipping; elsewhere the test skips, naming what
-// is missing.
+// resource (a tool on PATH, python3, root, a second file system, a Docker Engine through
+// testneed/dockerneed): under CI=true a missing resource fails the test, so CI never
+// passes by skipping; elsewhere the test skips, naming what is missing.
 //
-//	cli := testneed.DockerEngine(t) // the engine, with the current kernel image
+// It imports nothing of kennel, so the in-package tests of every package (images
+// included) can use it.
+//
+//	testneed.Root(t)               // to mount a tmpfs: say why at the call
+//	git := testneed.Tool(t, "git") // its path
+//	python := testneed.Python(t)   // the interpreter python3 runs
+//	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+//		testneed.Missing(t, "mount -t tmpfs", err)
+//	}
+//	testneed.Need(t, a.Fsid != b.Fsid, "a /dev/shm on another file system")
 package testneed
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
+	"sync"
 	"testing"
-	"time"
-
-	"github.com/moby/moby/client"
-
-	"github.com/kennel-dev/kennel/images"
-	"github.com/kennel-dev/kennel/images/kernelimage"
 )
 
-// Missing fails t under CI=true and skips it elsewhere, naming what is missing and why.
+// Missing fails t under CI=true and skips it elsewhere, naming what is missing and why
+// (err). It does not return.
 func Missing(t testing.TB, what string, err error) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
@@ -30,17 +35,38 @@ func Missing(t testing.TB, what string, err error) {
 	t.Skipf("%s is missing: %v", what, err)
 }
 
-// Tools requires each tool on PATH.
+// Need returns when ok; otherwise it fails t under CI=true and skips it elsewhere, naming
+// what is missing.
+func Need(t testing.TB, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required under CI=true", what)
+	}
+	t.Skipf("%s is missing", what)
+}
+
+// Tools requires each tool (a name looked up on PATH, or a path).
 func Tools(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			Missing(t, tool, err)
-		}
+		Tool(t, tool)
 	}
 }
 
-// Root requires the test to run as root.
+// Tool requires a tool (a name looked up on PATH, or a path) and returns its path.
+func Tool(t testing.TB, tool string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		Missing(t, tool, err)
+	}
+	return p
+}
+
+// Root requires the test to run as root. Say at the call why, as a comment.
 func Root(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -48,30 +74,28 @@ func Root(t testing.TB) {
 	}
 }
 
-// DockerEngine returns a client of the machine's Docker Engine (DOCKER_HOST, else the
-// local socket) whose kernel image is current (`.ci/kernel-image` builds it); it is
-// closed when the test ends.
-func DockerEngine(t testing.TB) *client.Client {
+// Python requires python3 on PATH and returns the interpreter it runs (its
+// sys.executable: a pyenv shim resolved to the real binary). It asks python3 once per
+// test binary.
+func Python(t testing.TB) string {
 	t.Helper()
-	cli, err := client.New(client.FromEnv)
+	p, err := python()
 	if err != nil {
-		Missing(t, "a Docker Engine", err)
+		Missing(t, "python3", err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		Missing(t, "a Docker Engine", err)
-	}
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kernelimage.Check(ctx, cli, kernelimage.KernelRef(b), b); err != nil {
-		if errors.Is(err, kernelimage.ErrImageMissing) || errors.Is(err, kernelimage.ErrImageStale) {
-			Missing(t, "the kernel image (.ci/kernel-image builds it)", err)
-		}
-		t.Fatal(err)
-	}
-	return cli
+	return p
 }
+
+// python is the interpreter behind python3 on PATH, found once: what PATH holds does not
+// change while tests run.
+var python = sync.OnceValues(func() (string, error) {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", fmt.Errorf("run python3: %w", err)
+	}
+	p := strings.TrimSpace(string(out))
+	if p == "" {
+		return "", errors.New("python3 names no sys.executable")
+	}
+	return p, nil
+})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
@@ -25,7 +26,7 @@ func BenchmarkStartHelloKill(b *testing.B) {
 }
 
 func benchStart(b *testing.B, timeKill bool) {
-	cli := engine(b)
+	cli := dockerneed.KernelEngine(b)
 	tr := newTransport(b, cli, docker.Options{})
 	ctx := context.Background()
 	for b.Loop() {
@@ -53,7 +54,7 @@ func benchStart(b *testing.B, timeKill bool) {
 // BenchmarkDockerRunPass is the baseline: `docker run --rm --network none --entrypoint
 // python3 IMAGE -c pass` through the docker CLI, the same image.
 func BenchmarkDockerRunPass(b *testing.B) {
-	engine(b)
+	dockerneed.KernelEngine(b)
 	st, err := images.Stub()
 	if err != nil {
 		b.Fatal(err)

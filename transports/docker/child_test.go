@@ -14,6 +14,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
@@ -73,7 +74,7 @@ func childSweep() int {
 // run leaves no container after the next controller starts (Sweep), and that sweep does
 // not touch the containers of a controller that is still alive (this test process).
 func TestSigkilledControllerLeavesNone(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	// A live controller's kernel: this process's.
 	tr := newTransport(t, cli, docker.Options{})
 	mine, err := tr.Start(context.Background(), transports.Spec{SessionID: "live", Dir: "/tmp"})
@@ -150,7 +151,7 @@ func countContainers(t *testing.T, cli *client.Client, ids []string) int {
 
 // TestStartKillCycles: 50 start/kill cycles (five at a time) leave no container.
 func TestStartKillCycles(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	tr := newTransport(t, cli, docker.Options{StdinGrace: 5 * time.Second})
 	session := fmt.Sprintf("cycle-%d", os.Getpid())
 	var wg sync.WaitGroup

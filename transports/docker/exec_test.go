@@ -3,13 +3,13 @@ package docker_test
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -35,8 +35,8 @@ func (r remoteEngine) ExecInspect(ctx context.Context, id string, o client.ExecI
 // (on a remote engine, some process of the controller's host): the process under that
 // pid here lives on, and the kernel ends by the TERM within 10 s.
 func TestExecKillSignalsNoHostPid(t *testing.T) {
-	cli := engine(t)
-	box := operatorBox(t, cli)
+	cli := dockerneed.KernelEngine(t)
+	box := sleepingBox(t, cli, map[string]string{"dev.kennel.test": "box"}) // an operator's box, for `docker exec -i box`
 	bystander := exec.Command("sleep", "1000")
 	if err := bystander.Start(); err != nil {
 		t.Fatal(err)
@@ -48,18 +48,7 @@ func TestExecKillSignalsNoHostPid(t *testing.T) {
 	tr := newTransport(t, remoteEngine{cli, bystander.Process.Pid}, docker.Options{
 		Container: box, StdinGrace: 300 * time.Millisecond, StopGrace: 20 * time.Second})
 	k, c := transporttest.Start(t, tr, transports.Spec{Dir: "/tmp"})
-	if _, err := c.Send("import time\nprint('holding', flush=True)\ntime.sleep(600)"); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := c.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(f.Raw), "holding") {
-			break
-		}
-	}
+	hold(t, c, "import time\nprint('holding', flush=True)\ntime.sleep(600)")
 	go func() { _ = c.End(time.Minute) }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

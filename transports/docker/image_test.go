@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
@@ -14,7 +15,7 @@ import (
 // A session never pulls or builds: a missing image, or one of another stub version, is
 // an error that names `kennel image build`, and nothing is left behind.
 func TestStartMissingOrStaleImage(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	for _, c := range []struct {
 		image string
 		want  error

@@ -11,6 +11,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -21,7 +22,7 @@ import (
 // well within the stdin grace), one whose cell holds the main thread at the stop
 // stage's SIGTERM (exit 143, long before the SIGKILL of a 20 s stop grace).
 func TestKillRemovesContainerWithinGrace(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	const stdinGrace, stopGrace = 5 * time.Second, 20 * time.Second
 	tr := newTransport(t, cli, docker.Options{StdinGrace: stdinGrace, StopGrace: stopGrace})
 	cases := []struct {
@@ -37,18 +38,7 @@ func TestKillRemovesContainerWithinGrace(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			k, cl := transporttest.Start(t, tr, transports.Spec{Dir: "/tmp"})
 			if c.cell != "" {
-				if _, err := cl.Send(c.cell); err != nil {
-					t.Fatal(err)
-				}
-				for {
-					f, err := cl.Next()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if strings.Contains(string(f.Raw), "holding") {
-						break
-					}
-				}
+				hold(t, cl, c.cell)
 			}
 			go func() { _ = cl.End(time.Minute) }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -82,8 +72,8 @@ func TestKillRemovesContainerWithinGrace(t *testing.T) {
 // container from being removed, though the kernel is blocked writing frames nobody reads;
 // Stdout then ends for a late reader. Run and exec mode, each within 15 s.
 func TestKillEndsAKernelWhoseStdoutIsNotRead(t *testing.T) {
-	cli := engine(t)
-	box := operatorBox(t, cli)
+	cli := dockerneed.KernelEngine(t)
+	box := sleepingBox(t, cli, map[string]string{"dev.kennel.test": "box"}) // an operator's box, for `docker exec -i box`
 	for _, c := range []struct {
 		name string
 		opts docker.Options

@@ -2,17 +2,18 @@ package docker_test
 
 import (
 	"context"
-	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
-	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
 // childEnv selects a helper role of the test binary (see TestMain).
@@ -26,38 +27,6 @@ func TestMain(m *testing.M) {
 		os.Exit(childSweep())
 	}
 	os.Exit(m.Run())
-}
-
-// need fails the test under CI=true and skips it otherwise, naming what is missing.
-func need(t testing.TB, what string, err error) {
-	t.Helper()
-	testneed.Missing(t, what, err)
-}
-
-// engine returns a client of the machine's Docker Engine whose kernel image is current.
-func engine(t testing.TB) *client.Client {
-	t.Helper()
-	cli, err := client.New(client.FromEnv)
-	if err != nil {
-		need(t, "docker engine", err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		need(t, "docker engine", err)
-	}
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kernelimage.Check(ctx, cli, kernelimage.KernelRef(b), b); err != nil {
-		if errors.Is(err, kernelimage.ErrImageMissing) || errors.Is(err, kernelimage.ErrImageStale) {
-			need(t, "kernel image (.ci/kernel-image builds it)", err)
-		}
-		t.Fatal(err)
-	}
-	return cli
 }
 
 // newTransport makes a run-mode transport with short graces for tests.
@@ -74,4 +43,52 @@ func newTransport(t testing.TB, cli client.APIClient, o docker.Options) *docker.
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// sleepingBox starts a container of the kernel image that sleeps, with labels, and
+// removes it when the test ends if it is still there.
+func sleepingBox(t *testing.T, cli *client.Client, labels map[string]string) string {
+	t.Helper()
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	init := true
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image:      kernelimage.KernelRef(b),
+			Entrypoint: []string{"sleep", "infinity"},
+			Labels:     labels,
+		},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Init: &init, CapDrop: []string{"ALL"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c.ID
+}
+
+// hold sends a cell that prints "holding" and then runs on, and returns once it has
+// printed it.
+func hold(t *testing.T, c *transporttest.Client, cell string) {
+	t.Helper()
+	if _, err := c.Send(cell); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(f.Raw), "holding") {
+			return
+		}
+	}
 }

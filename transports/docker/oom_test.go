@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -61,7 +62,7 @@ func waitEnd(t *testing.T, k transports.Kernel, d time.Duration) (transports.Exi
 // cgroup counts) does not make the kernel's end an OOM: the kernel goes on serving cells,
 // then exits 0 at stdin EOF, and Exit.OOM is false.
 func TestChildOOMIsNotKernelOOM(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	tr := newTransport(t, cli, docker.Options{Memory: oomLimit})
 	k, c := transporttest.Start(t, tr, transports.Spec{Dir: "/tmp"})
 	out, err := c.Run(childOOMCell)
@@ -90,25 +91,14 @@ func TestChildOOMIsNotKernelOOM(t *testing.T) {
 // and SIGTERM is ended by Kill's SIGKILL (exit code 137, as an OOM kill would be): that
 // end is Kill's (Exit.Killed), not the memory limit's.
 func TestChildOOMThenStopIsNotOOM(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	tr := newTransport(t, cli, docker.Options{Memory: oomLimit, EOFGrace: 120 * time.Second})
 	k, c := transporttest.Start(t, tr, transports.Spec{Dir: "/tmp"})
 	if out, err := c.Run(childOOMCell); err != nil || !strings.HasPrefix(out, "-9 ") {
 		t.Fatalf("the child past the memory limit: %q, %v; want it SIGKILLed (-9)", out, err)
 	}
 	// The cell holds the main thread with SIGTERM ignored: only SIGKILL ends it.
-	if _, err := c.Send("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('holding', flush=True)\ntime.sleep(600)"); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		f, err := c.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(f.Raw), "holding") {
-			break
-		}
-	}
+	hold(t, c, "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('holding', flush=True)\ntime.sleep(600)")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -127,7 +117,7 @@ func TestChildOOMThenStopIsNotOOM(t *testing.T) {
 // controller.ErrOOM; TestOOM shows that path). So under the engine's init and as the
 // container's pid 1 (NoInit).
 func TestKernelOOM(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	for _, noInit := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoInit=%v", noInit), func(t *testing.T) {
 			tr := newTransport(t, cli, docker.Options{Memory: oomLimit, NoInit: noInit})

@@ -15,6 +15,7 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -32,7 +33,7 @@ type lockedSession struct {
 // and the working directory at sandbox path dir.
 func startSession(t *testing.T, o docker.Options, dir string) *lockedSession {
 	t.Helper()
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	hostDir := t.TempDir()
 	if h, ok := hostOf(o.Mounts, dir); ok {
 		hostDir = h

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/kennel-dev/kennel/images"
-	"github.com/kennel-dev/kennel/images/kernelimage"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
@@ -33,42 +31,12 @@ func ownerLabels(c docker.Controller, session string) map[string]string {
 	}
 }
 
-// labelledBox starts a container of the kernel image that sleeps, labelled as a kernel
-// of controller c, and removes it when the test ends if it is still there.
-func labelledBox(t *testing.T, cli *client.Client, c docker.Controller, session string) string {
-	t.Helper()
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	init := true
-	cr, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image:      kernelimage.KernelRef(b),
-			Entrypoint: []string{"sleep", "infinity"},
-			Labels:     ownerLabels(c, session),
-		},
-		HostConfig: &container.HostConfig{NetworkMode: "none", Init: &init, CapDrop: []string{"ALL"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = cli.ContainerRemove(context.Background(), cr.ID, client.ContainerRemoveOptions{Force: true})
-	})
-	if _, err := cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return cr.ID
-}
-
 // TestSweepEngine: the start-up sweep (SweepEngine, the engine from the environment)
 // removes the running containers of controllers of this host that are gone (a pid that
 // cannot exist, a live pid with another start time, another boot), and keeps those of
 // live controllers (this test process, its parent) and of another host.
 func TestSweepEngine(t *testing.T) {
-	cli := engine(t)
+	cli := dockerneed.KernelEngine(t)
 	self, err := docker.Self()
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +68,7 @@ func TestSweepEngine(t *testing.T) {
 	}
 	ids := make([]string, len(boxes))
 	for i, b := range boxes {
-		ids[i] = labelledBox(t, cli, b.c, session)
+		ids[i] = sleepingBox(t, cli, ownerLabels(b.c, session)) // as a kernel of controller b.c
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

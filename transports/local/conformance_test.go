@@ -1,8 +1,6 @@
 package local_test
 
 import (
-	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,24 +10,11 @@ import (
 	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
-// python returns the real interpreter, resolved once per test binary run, or skips
-// (fails under CI=true) when there is none.
-var python = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
-	if err != nil {
-		return "", err
-	}
-	return string(out[:len(out)-1]), nil
-})
-
+// needPython returns the real interpreter and requires the tools the tests' kernels run.
 func needPython(t testing.TB) string {
 	t.Helper()
-	p, err := python()
-	if err != nil {
-		testneed.Missing(t, "python3", err)
-	}
 	testneed.Tools(t, "sleep", "sh")
-	return p
+	return testneed.Python(t)
 }
 
 // newTransport makes a Transport with a private bundle cache and short graces.

@@ -22,6 +22,7 @@ import (
 	"github.com/kennel-dev/kennel/fshost/fshosttest"
 	"github.com/kennel-dev/kennel/fshost/fsroot"
 	"github.com/kennel-dev/kennel/ignore"
+	"github.com/kennel-dev/kennel/internal/testtree"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
@@ -34,17 +35,13 @@ func TestRemoteCellFilesOverSFTP(t *testing.T) {
 	hosts := newHosts(t, srv)
 	ws := filepath.Join(srv.Dir, "ws")
 	secret := filepath.Join(srv.Dir, "secret")
-	for _, err := range []error{
-		os.MkdirAll(filepath.Join(ws, "sub"), 0o755),
-		os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\ntwo\n"), 0o644),
-		os.WriteFile(secret, []byte("secret\n"), 0o600),
-		os.Symlink(secret, filepath.Join(ws, "out")),
-		os.Symlink("..", filepath.Join(ws, "sub", "up")),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	testtree.Build(t, srv.Dir,
+		"dir ws/sub",
+		"file ws/a.txt one\ntwo\n",
+		"file:0600 secret secret\n",
+		"symlink ws/out $ROOT/secret",
+		"symlink ws/sub/up ..",
+	)
 	fsys, err := hosts.OpenFS(testCtx(t), sshtest.Alias+":"+ws, ssh.FSOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,18 +215,7 @@ func TestRemoteWalkDirEnds(t *testing.T) {
 	srv := sshtest.Start(t)
 	hosts := newHosts(t, srv)
 	ws := filepath.Join(srv.Dir, "walk")
-	deep := filepath.Join(ws, "deep", strings.Repeat("d/", ignore.MaxDepth+1))
-	for _, err := range []error{
-		os.MkdirAll(filepath.Join(ws, "a"), 0o755),
-		os.MkdirAll(filepath.Join(ws, "b", "c"), 0o755),
-		os.WriteFile(filepath.Join(ws, "a", "1"), nil, 0o644),
-		os.WriteFile(filepath.Join(ws, "b", "c", "2"), nil, 0o644),
-		os.MkdirAll(deep, 0o755),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	testtree.Build(t, ws, "file a/1", "file b/c/2", "dir deep/"+strings.Repeat("d/", ignore.MaxDepth+1))
 	fsys, err := hosts.OpenFS(testCtx(t), sshtest.Alias+":"+ws, ssh.FSOptions{})
 	if err != nil {
 		t.Fatal(err)

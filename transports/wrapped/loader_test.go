@@ -21,19 +21,6 @@ func specOf(dir string, env []string) transports.Spec {
 	return transports.Spec{SessionID: "t", Dir: dir, Env: env}
 }
 
-// testPython is an interpreter to run the prelude and loader with, or the test skips
-// (fails under CI=true).
-func testPython(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	testneed.Missing(t, "python3", exec.ErrNotFound)
-	return ""
-}
-
 // runProgram runs `python -I -S -c PROGRAM arg` with stdin and returns stdout, stderr
 // and the exit code.
 func runProgram(t testing.TB, python, program, arg string, stdin []byte) (string, string, int) {
@@ -66,7 +53,7 @@ def main():
 // non-ASCII, nested dirs, empty files) it computes images.Bundle.Hash, imports from memory
 // and runs kennel._boot.main.
 func TestLoaderAgreesWithImagesBundles(t *testing.T) {
-	python := testPython(t)
+	python := testneed.Python(t)
 	block, err := kernelstart.Block{Dir: "/"}.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +108,7 @@ func lengthPrefixed(b []byte) []byte {
 // A payload that is not the bundle of the hash in argv ends the kernel with status 2
 // before any byte on stdout.
 func TestLoaderRefusesBadPayloads(t *testing.T) {
-	python := testPython(t)
+	python := testneed.Python(t)
 	b, err := images.Stub()
 	if err != nil {
 		t.Fatal(err)

@@ -201,18 +201,6 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// testPython is an interpreter to run the program with.
-func testPython(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	testneed.Missing(t, "python3", exec.ErrNotFound)
-	return ""
-}
-
 // run runs Program(next) with stdin and the interpreter environment env.
 func run(t testing.TB, python, next string, env []string, stdin []byte) (stdout, stderr string, code int) {
 	t.Helper()
@@ -238,7 +226,7 @@ func lengthPrefixed(body string) []byte {
 // A block the program cannot use ends the kernel before any byte on stdout, with the
 // documented status: 2 a bad block (or run directory), 3 no stub, 4 no directory.
 func TestProgramRefusesBadBlocks(t *testing.T) {
-	python := testPython(t)
+	python := testneed.Python(t)
 	tmp := t.TempDir()
 	if err := os.Mkdir(filepath.Join(tmp, "taken"), 0o700); err != nil {
 		t.Fatal(err)
@@ -274,7 +262,7 @@ func TestProgramRefusesBadBlocks(t *testing.T) {
 // included), enters the directory, records the pid and its start time in the run
 // directory, and hands the stub's directory on as sys.argv[1].
 func TestProgramAppliesTheBlock(t *testing.T) {
-	python := testPython(t)
+	python := testneed.Python(t)
 	dir := t.TempDir()
 	stub := t.TempDir()
 	if err := os.Mkdir(filepath.Join(stub, "kennel"), 0o700); err != nil {

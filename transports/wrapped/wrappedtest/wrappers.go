@@ -26,13 +26,6 @@ type Sandbox struct {
 	SandboxDir string
 }
 
-// Need requires each tool on PATH: it skips the test, or fails it under CI=true
-// (testneed.Tools).
-func Need(t testing.TB, tools ...string) {
-	t.Helper()
-	testneed.Tools(t, tools...)
-}
-
 // SandboxPython returns Debian's /usr/bin/python3: the interpreter the sandboxes here
 // have (bwrap binds /usr, not the host's pyenv tree).
 func SandboxPython(t testing.TB) string {
@@ -48,7 +41,7 @@ func SandboxPython(t testing.TB) string {
 // child of setsid, which waits for it and passes on its exit status.
 func SetsidPrefix(t testing.TB) []string {
 	t.Helper()
-	Need(t, "setsid", "sh", "env")
+	testneed.Tools(t, "setsid", "sh", "env")
 	return []string{"setsid", "-w", "sh", "-c", `exec "$@"`, "--"}
 }
 
@@ -57,7 +50,7 @@ func SetsidPrefix(t testing.TB) []string {
 // sandboxDir, and death with its parent.
 func BwrapPrefix(t testing.TB, hostDir, sandboxDir string) []string {
 	t.Helper()
-	Need(t, "bwrap")
+	testneed.Tools(t, "bwrap")
 	argv := []string{"bwrap", "--die-with-parent", "--unshare-pid",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"}
