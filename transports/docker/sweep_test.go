@@ -45,6 +45,11 @@ func TestSweepEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The boxes and this sweep name a host of the test's own: every other controller's
+	// sweep on this engine (other packages' tests run beside this one) sees them as another
+	// host's and keeps them, so only this sweep decides on them.
+	host := self.Host + "-sweeptest-" + strconv.Itoa(os.Getpid())
+	self.Host, parent.Host = host, host
 	gone := self
 	gone.PID = 1 << 22 // PID_MAX_LIMIT: never a pid
 	reused := parent
@@ -72,7 +77,7 @@ func TestSweepEngine(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := docker.SweepEngine(ctx, docker.EngineSweepOptions{})
+	res, err := docker.SweepEngine(ctx, docker.EngineSweepOptions{Self: self})
 	if err != nil {
 		t.Fatal(err)
 	}
