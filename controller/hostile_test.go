@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports/wrapped"
@@ -166,7 +166,7 @@ func TestAKernelWhoseStdoutEndsIsKilled(t *testing.T) {
 		if _, err := s.Execute(ctx, "1", nil); !errors.Is(err, controller.ErrKernelExited) {
 			t.Fatalf("cell: %v, want ErrKernelExited", err)
 		}
-		if err := syscall.Kill(hello.PID, 0); err != nil {
+		if err := testproc.Kill(hello.PID, 0); err != nil {
 			t.Fatalf("the fake kernel ended by itself (%v): the test proves nothing", err)
 		}
 		start := time.Now()

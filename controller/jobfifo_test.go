@@ -11,6 +11,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports/local"
@@ -114,10 +115,20 @@ func TestFIFOReadersEndWithTheirKernel(t *testing.T) {
 			t.Fatal("no output from the job")
 		}
 	}
-	pid, _ := j.PID()
-	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	// Output can arrive through the FIFOs before the job's start frame names its pid.
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var ok bool
+		if pid, ok = j.PID(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job has no pid")
+		}
+	}
+	t.Cleanup(func() { _ = testproc.KillGroup(pid, syscall.SIGKILL) })
 	_, info, _ := s.Kernel()
-	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+	if err := testproc.Kill(info.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	w, err := s.WaitJob(context.Background(), j.ID(), 30*time.Second)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/jobs"
 )
 
@@ -88,14 +89,14 @@ func TestAWedgedKernelsJobIsKilledByTheController(t *testing.T) {
 	_, info, _ := s.Kernel()
 	j := runJob(t, s, "exec sleep 1000", controller.JobOptions{})
 	pgid := waitPID(t, j)
-	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
+	if err := testproc.Kill(info.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = syscall.Kill(info.PID, syscall.SIGCONT)
+			_ = testproc.Kill(info.PID, syscall.SIGCONT)
 		}
 	}
 	t.Cleanup(resume)
@@ -129,7 +130,7 @@ func TestAJobEndsWhenItsKernelEnds(t *testing.T) {
 	_, info, _ := s.Kernel()
 	j := runJob(t, s, "exec sleep 1000", controller.JobOptions{})
 	pgid := waitPID(t, j)
-	if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+	if err := testproc.Kill(info.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	st, w := settle(t, s, j.ID(), 30*time.Second)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/protocol"
@@ -82,7 +83,7 @@ func TestADaemonizedGrandchildDoesNotHoldAFIFOJob(t *testing.T) {
 	s := startJobSession(t, controller.Options{JobKillGrace: 300 * time.Millisecond})
 	j := runJob(t, s, "sleep 30 & echo hi", controller.JobOptions{})
 	pgid := waitPID(t, j)
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	t.Cleanup(func() { _ = testproc.KillGroup(pgid, syscall.SIGKILL) })
 	st, w := settle(t, s, j.ID(), 20*time.Second)
 	if st.End.ExitCode == nil || *st.End.ExitCode != 0 || w.Err != nil || string(st.Output.Kept) != "hi\n" || st.Output.TotalBytes != 3 {
 		t.Fatalf("end %v, %v, output %+v; want exit 0 with hi", st.End, w.Err, st.Output)

@@ -15,12 +15,13 @@ import (
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 )
 
 // alive reports whether pid names a live (not zombie) process; a stat line that does not
 // parse counts as alive.
 func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
+	if testproc.Kill(pid, 0) != nil {
 		return false
 	}
 	st, err := procfs.Read(pid)

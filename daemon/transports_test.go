@@ -22,6 +22,7 @@ import (
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -246,7 +247,7 @@ func TestNoKernelOutlivesItsSession(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			for _, pid := range fakes {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = testproc.Kill(pid, syscall.SIGKILL)
 			}
 			t.Fatalf("fake kernels %v outlived their session", fakes)
 		}

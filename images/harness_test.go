@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 )
 
 // wait bounds every wait for the kernel in tests. It is a failure bound, not a timing
@@ -244,7 +245,7 @@ func (k *kernel) stop() {
 	select {
 	case <-k.done:
 	case <-time.After(5 * time.Second):
-		syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		testproc.KillGroup(k.cmd.Process.Pid, syscall.SIGKILL)
 		k.cmd.Process.Kill()
 		<-k.done
 	}
@@ -376,7 +377,7 @@ drain:
 
 // groupGone reports whether process group pgid has no members left.
 func groupGone(pgid int) bool {
-	return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+	return errors.Is(testproc.KillGroup(pgid, 0), syscall.ESRCH)
 }
 
 // eventually polls cond until it holds or wait passes.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 )
 
 func TestEOFExitsZero(t *testing.T) {
@@ -146,7 +147,7 @@ func TestOwnerZombieCountsAsDead(t *testing.T) {
 	owner := startOwner(t)
 	k := startKernel(t, kernelOpts{env: []string{EnvOwnerPID + "=" + strconv.Itoa(owner.Process.Pid)}})
 	k.result("c1", "1")
-	syscall.Kill(owner.Process.Pid, syscall.SIGKILL) // dead, not reaped: a zombie
+	testproc.Kill(owner.Process.Pid, syscall.SIGKILL) // dead, not reaped: a zombie
 	if code := k.waitExit(); code != 0 {
 		t.Errorf("exit code = %d", code)
 	}

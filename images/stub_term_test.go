@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 )
 
 // termBound is how long a kernel may take to end after SIGTERM. It proves "ended, not
@@ -75,7 +76,7 @@ func noneLeft(t testing.TB, pgids []int) {
 func killGroupsAtCleanup(t testing.TB, pgids *[]int) {
 	t.Cleanup(func() {
 		for _, g := range *pgids {
-			syscall.Kill(-g, syscall.SIGKILL)
+			testproc.KillGroup(g, syscall.SIGKILL)
 		}
 	})
 }
@@ -213,7 +214,7 @@ func TestSIGTERMWhileStdoutIsFullAndUnread(t *testing.T) {
 	killGroupsAtCleanup(t, &pgids)
 	t.Cleanup(func() {
 		stdin.Close()
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		testproc.KillGroup(cmd.Process.Pid, syscall.SIGKILL)
 		cmd.Process.Kill()
 		<-done
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/output"
 )
 
@@ -30,12 +31,12 @@ func runShellJob(t *testing.T, tb *Table, command string) *Job {
 		t.Fatal(err)
 	}
 	pgid := cmd.Process.Pid
-	owner := OwnerFunc(func(context.Context) error { return syscall.Kill(-pgid, syscall.SIGTERM) })
+	owner := OwnerFunc(func(context.Context) error { return testproc.KillGroup(pgid, syscall.SIGTERM) })
 	j, err := tb.Start(Spec{Command: command, PID: pgid, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	t.Cleanup(func() { _ = testproc.KillGroup(pgid, syscall.SIGKILL) })
 	go func() {
 		buf := make([]byte, 4096)
 		for {
@@ -70,7 +71,7 @@ func waitForOutput(t *testing.T, j *Job, n int64) {
 
 func groupGone(t *testing.T, pgid int) {
 	t.Helper()
-	if err := syscall.Kill(-pgid, 0); !errors.Is(err, syscall.ESRCH) {
+	if err := testproc.KillGroup(pgid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("process group %d still exists: %v", pgid, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 
 	"github.com/kennel-dev/kennel/settings"
@@ -184,7 +185,7 @@ func TestSIGINTInterruptsTheCellAndEndsCleanly(t *testing.T) {
 	if !strings.Contains(errb.String(), "KeyboardInterrupt") {
 		t.Fatalf("stderr %q does not say the cell was interrupted", errb.String())
 	}
-	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+	if err := testproc.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("kernel %d still alive after kennel exited", pid)
 	}
 }

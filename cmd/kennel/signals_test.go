@@ -15,6 +15,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/fakekernel"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/protocol"
 )
 
@@ -83,8 +84,8 @@ func TestASignalAlwaysEndsRun(t *testing.T) {
 				t.Fatalf("exit %v, want %d; stderr:\n%s", err, tc.code, errb.String())
 			}
 			t.Logf("ended %v after the signal, exit %d", time.Since(start).Round(time.Millisecond), ee.ExitCode())
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+			if err := testproc.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				_ = testproc.Kill(pid, syscall.SIGKILL)
 				t.Fatalf("the fake kernel %d outlived kennel run", pid)
 			}
 		})

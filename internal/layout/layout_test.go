@@ -16,13 +16,14 @@ import (
 )
 
 type pkg struct {
-	ImportPath string
-	Name       string
-	Doc        string
-	Dir        string
-	GoFiles    []string // non-test sources
-	Deps       []string // of the non-test sources, transitively
-	Imports    []string // of the non-test sources
+	ImportPath                string
+	Name                      string
+	Doc                       string
+	Dir                       string
+	GoFiles                   []string // non-test sources
+	TestGoFiles, XTestGoFiles []string
+	Deps                      []string // of the non-test sources, transitively
+	Imports                   []string // of the non-test sources
 }
 
 // listPackages runs `go list -json ./...` from the module root.
@@ -202,5 +203,32 @@ func TestImagesKnowsNoTransport(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatalf("no package %s found", images)
+	}
+}
+
+// TestTestsSignalThroughTestproc: no test calls kill(2) itself; it goes through
+// internal/testproc, which refuses the ids kill(2) reads as many processes (0: the
+// caller's group, -1: everyone). A test that killed the group of a pid it had not learnt
+// yet SIGKILLed `go test` and the CI job that started it.
+func TestTestsSignalThroughTestproc(t *testing.T) {
+	const testproc = "github.com/kennel-dev/kennel/internal/testproc"
+	signalling := map[string][]string{
+		"syscall":               {"Kill", "Tgkill", "Tkill"},
+		"golang.org/x/sys/unix": {"Kill", "Tgkill", "Tkill", "PidfdSendSignal"},
+	}
+	checked := 0
+	for _, p := range listPackages(t) {
+		if p.ImportPath == testproc {
+			continue
+		}
+		for _, name := range append(slices.Clone(p.TestGoFiles), p.XTestGoFiles...) {
+			checked++
+			for _, call := range selectorsOf(t, filepath.Join(p.Dir, name), signalling) {
+				t.Errorf("%s/%s calls %s: signal through testproc.Kill or testproc.KillGroup", p.ImportPath, name, call)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no test file found")
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/internal/testproc"
 )
 
 // helperEnv puts the test binary in helper mode: a controller that starts a reaper whose
@@ -156,7 +157,7 @@ func assertGone(t *testing.T, ps ...proc) {
 	for _, p := range ps {
 		if p.alive() {
 			t.Errorf("process %d survived", p.pid)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			_ = testproc.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -93,7 +94,7 @@ func eventuallyGone(t *testing.T, d time.Duration, ps ...proc) {
 		for p.alive() {
 			if time.Now().After(deadline) {
 				t.Errorf("process %d is still alive", p.pid)
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				_ = testproc.Kill(p.pid, syscall.SIGKILL)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -193,7 +194,7 @@ func TestReaperEndsSleepersOfAKernelThatExitsByItself(t *testing.T) {
 			for _, p := range ps {
 				if p.alive() {
 					t.Errorf("sleeper %d outlived the kernel", p.pid)
-					_ = syscall.Kill(p.pid, syscall.SIGKILL)
+					_ = testproc.Kill(p.pid, syscall.SIGKILL)
 				}
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
@@ -159,7 +160,7 @@ func TestLostConnectionEndsRemoteKernel(t *testing.T) {
 		t.Fatalf("the kernel's own environment lacks the run's marker %q (%v): the sweep could not find it", lk.marker, err)
 	}
 	lost := time.Now()
-	if err := syscall.Kill(lk.sshd, syscall.SIGKILL); err != nil {
+	if err := testproc.Kill(lk.sshd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	err := waitErr(t, lk.k, 15*time.Second)
@@ -187,10 +188,10 @@ func TestSilentConnectionEndsRemoteKernel(t *testing.T) {
 	}
 	t.Cleanup(func() { h.Close() })
 	lk := startAsleep(t, srv, h)
-	if err := syscall.Kill(lk.sshd, syscall.SIGSTOP); err != nil {
+	if err := testproc.Kill(lk.sshd, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(lk.sshd, syscall.SIGCONT) })
+	t.Cleanup(func() { _ = testproc.Kill(lk.sshd, syscall.SIGCONT) })
 	silent := time.Now()
 	end := make(chan error, 1)
 	go func() { end <- lk.c.End(time.Minute) }()
@@ -215,10 +216,10 @@ func TestLostConnectionToAnUnreachableHostSaysSo(t *testing.T) {
 	lk := startAsleepWith(t, srv, h, ssh.Options{Target: sshtest.Alias, EOFGrace: time.Second})
 	// No new connection can be had: the listening sshd is gone (the session's child
 	// lives on), then the session's child too.
-	if err := syscall.Kill(srv.SSHDPID, syscall.SIGKILL); err != nil {
+	if err := testproc.Kill(srv.SSHDPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(lk.sshd, syscall.SIGKILL); err != nil {
+	if err := testproc.Kill(lk.sshd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	err := waitErr(t, lk.k, 30*time.Second)

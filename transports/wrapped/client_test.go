@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/transports/transporttest"
 	"github.com/kennel-dev/kennel/transports/wrapped"
 	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
@@ -171,7 +172,7 @@ func eventuallyGone(ps []proc, d time.Duration) []proc {
 		}
 		if len(left) == 0 || time.Now().After(deadline) {
 			for _, p := range left {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				_ = testproc.Kill(p.pid, syscall.SIGKILL)
 			}
 			return left
 		}
@@ -190,7 +191,7 @@ func eventuallyNoneMarked(key, value string, d time.Duration) []int {
 		}
 		if time.Now().After(deadline) {
 			for _, pid := range left {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = testproc.Kill(pid, syscall.SIGKILL)
 			}
 			return left
 		}
