@@ -21,6 +21,9 @@ const (
 	// stub runs site.main() after its hello, so cells can import installed packages
 	// (and a venv's) although the interpreter starts with -S.
 	EnvSite = "KENNEL_KERNEL_SITE"
+	// EnvRun names a detached kernel's run directory (docs/protocol.md, "Protocol 2"):
+	// the stub reads its token from fd 0, serves kernel.sock there and watches no owner.
+	EnvRun = "KENNEL_KERNEL_RUN"
 )
 
 // bootProgram is the -c program of KernelArgv: argv[1] is the unpacked bundle dir.

@@ -28,6 +28,9 @@ type Options struct {
 	AckDelay time.Duration
 	// HandshakeTimeout bounds one dial and handshake (default 10 s).
 	HandshakeTimeout time.Duration
+	// OnFrame, when set, sees each kernel frame (without its newline) as it is applied,
+	// in order, before Frames delivers it. It must not block or keep the slice.
+	OnFrame func(frame []byte)
 	// Logger receives drops and reattaches (default: discard).
 	Logger *slog.Logger
 }
@@ -131,6 +134,16 @@ func (c *Client) Close() error {
 	c.finish(ErrDetached)
 	<-c.ended
 	return nil
+}
+
+// Drop closes the current connection, as a network fault would; the link reattaches
+// and nothing is lost or repeated. It is the fault injection of tests and drills.
+func (c *Client) Drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		_ = c.conn.Close()
+	}
 }
 
 type sender struct{ c *Client }
@@ -334,6 +347,9 @@ func (c *Client) readLoop(conn net.Conn) error {
 		c.mu.Unlock()
 		if !apply {
 			continue
+		}
+		if c.opts.OnFrame != nil {
+			c.opts.OnFrame(e.Frame)
 		}
 		frame := make([]byte, 0, len(e.Frame)+1)
 		frame = append(append(frame, e.Frame...), '\n')

@@ -120,6 +120,9 @@ type Capabilities struct {
 	HostPIDs bool
 	// SameFS: the kernel sees the host file system at the host's paths (no path map needed).
 	SameFS bool
+	// Detached: kernels outlive the controller (docs/protocol.md, "Protocol 2"): each is
+	// reached over a link and watches no owner, neither a pid nor stdin.
+	Detached bool
 }
 
 // Grace is the default time Kill waits after closing stdin, and again after TERM.

@@ -41,6 +41,14 @@ type Options struct {
 	// OwnerPID is the pid the kernel watches and ends with (KENNEL_KERNEL_OWNER_PID):
 	// zero or less means the controller's own.
 	OwnerPID int
+	// RunDir, when set, makes every kernel detached (docs/protocol.md, "Protocol 2"): it
+	// runs in its own session with a run directory under RunDir holding its socket and
+	// log, is reached over a link, and outlives the controller (see Detacher). Empty
+	// keeps kernels tied to the controller through the reaper.
+	RunDir string
+	// KernelGrace is how long a detached kernel lives with nothing attached (zero:
+	// DefaultKernelGrace).
+	KernelGrace time.Duration
 }
 
 // Transport starts local kernels. It is safe for concurrent use; it caches the resolved
@@ -65,9 +73,10 @@ func New(opts Options) *Transport {
 // Name returns "local".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports that local kernels see the host's environment, pids and files.
+// Capabilities reports that local kernels see the host's environment, pids and files,
+// and whether they are detached (Options.RunDir).
 func (t *Transport) Capabilities() transports.Capabilities {
-	return transports.Capabilities{HostEnv: true, HostPIDs: true, SameFS: true}
+	return transports.Capabilities{HostEnv: true, HostPIDs: true, SameFS: true, Detached: t.opts.RunDir != ""}
 }
 
 // Start launches a kernel and returns once its process runs (not once it said hello:
@@ -99,6 +108,15 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
 	}
 
+	host := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KENNEL_KERNEL_") })
+	env := kernelstart.Env{Base: host, Stub: images.KernelEnv(b.bundle), OwnerPID: cmp.Or(max(t.opts.OwnerPID, 0), os.Getpid())}
+	if t.opts.RunDir != "" {
+		k, err := t.startDetached(ctx, spec, python, b, env)
+		if err != nil {
+			return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
+		}
+		return k, nil
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
@@ -109,8 +127,6 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		inW.Close()
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)
 	}
-	host := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KENNEL_KERNEL_") })
-	env := kernelstart.Env{Base: host, Stub: images.KernelEnv(b.bundle), OwnerPID: cmp.Or(max(t.opts.OwnerPID, 0), os.Getpid())}
 	proc, err := reaper.Start(ctx, reaper.Spec{
 		Path:   t.opts.Reaper,
 		Argv:   images.KernelArgv(python, b.dir),

@@ -323,7 +323,7 @@ func testStartFailures(t *testing.T, s *suite) {
 // The one rule of a kernel's environment: Spec.Env wins over what the transport merely
 // defaults (PATH, MALLOC_MMAP_THRESHOLD_), and the transport's own entries hold: the
 // bundle hash, and the owner, a host pid (the controller's) where the kernel's pids are
-// the host's, else stdin alone.
+// the host's, else stdin alone; none for a detached kernel, which outlives its controller.
 func testEnvPrecedence(t *testing.T, s *suite) {
 	tr := s.newTransport(t)
 	path := "/kennel-tt-" + randomValue() + ":/usr/local/bin:/usr/bin:/bin"
@@ -333,7 +333,10 @@ func testEnvPrecedence(t *testing.T, s *suite) {
 [os.environ.get(k) for k in ("PATH", "MALLOC_MMAP_THRESHOLD_", "KENNEL_KERNEL_BUNDLE",
     "KENNEL_KERNEL_OWNER", "KENNEL_KERNEL_OWNER_PID")]`)
 	owner := "'stdin', None"
-	if tr.Capabilities().HostPIDs {
+	switch caps := tr.Capabilities(); {
+	case caps.Detached:
+		owner = "None, None"
+	case caps.HostPIDs:
 		owner = "None, '" + strconv.Itoa(os.Getpid()) + "'"
 	}
 	if want := "['" + path + "', '65536', '" + s.bundle + "', " + owner + "]"; got != want {

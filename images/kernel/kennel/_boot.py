@@ -7,6 +7,10 @@ The rest of the stub (json, threading, subprocess) is imported after the hello.
 
 The hello is formatted by hand: every value in it is an int or a string checked to be
 hex digits, so no JSON encoder is needed to make it valid.
+
+With KENNEL_KERNEL_RUN set the kernel is detached (protocol 2): it writes no hello on
+stdio, reads its token from fd 0 and serves <run>/kernel.sock through kennel._link, which
+bridges the connections to the same kernel proper over a pair of pipes (see _detach).
 """
 
 import os
@@ -14,6 +18,8 @@ import sys
 
 # Environment entries the Go side sets (package images documents them).
 ENV_BUNDLE = "KENNEL_KERNEL_BUNDLE"
+# The run directory of a detached kernel (protocol 2); unset or empty: protocol 1.
+ENV_RUN = "KENNEL_KERNEL_RUN"
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -57,28 +63,20 @@ class Boot:
     the frame channel. diag is the original stderr, for a fatal error of the stub itself.
     out_r and err_r are the read ends of the pipes fds 1 and 2 now point at. signals is
     the read end of the signal wakeup pipe (see _catch_term).
+
+    A detached kernel (KENNEL_KERNEL_RUN set) has link, its kennel._link.Link: then
+    frames_in and frames_out are pipes the link bridges to its connections, and diag is
+    the run directory's kernel.log. link is None for protocol 1.
     """
 
-    __slots__ = ("frames_in", "frames_out", "diag", "out_r", "err_r", "pid", "pgid", "signals")
+    __slots__ = (
+        "frames_in", "frames_out", "diag", "out_r", "err_r", "pid", "pgid", "signals", "link",
+    )
 
 
-def main():
-    """Run the kernel: set up descriptors, write hello, serve frames until the end."""
-    pid = os.getpid()
-    try:
-        if os.getpgrp() != pid:
-            os.setpgid(0, 0)
-    except OSError:
-        pass  # a session leader cannot change its group; it leads one already
-    boot = Boot()
-    boot.pid = pid
-    boot.pgid = os.getpgrp()
-    # The frame channel: private copies of stdin and stdout (not inherited by children).
-    boot.frames_in = os.dup(0)
-    boot.frames_out = os.dup(1)
-    boot.diag = os.dup(2)
-    # Nothing else may read the frames or write into them: stdin becomes /dev/null and
-    # fds 1 and 2 become pipes the kernel reads and forwards as stream frames.
+def _capture(boot):
+    """Point fd 0 at /dev/null and fds 1 and 2 at pipes the kernel reads (boot.out_r,
+    boot.err_r), so nothing else reads the frames or writes into them."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -88,6 +86,105 @@ def main():
     os.dup2(err_w, 2)
     os.close(out_w)
     os.close(err_w)
+
+
+def _fail(message):
+    """A detached start that cannot go on: message on stderr, exit 2."""
+    try:
+        _write_all(2, ("kennel: %s\n" % message).encode("utf-8", "replace"))
+    except OSError:
+        pass
+    os._exit(2)
+
+
+def _detach(run):
+    """Start-up of a detached kernel (docs/protocol.md, "Protocol 2"): check the run
+    directory, read the token from fd 0, lead a session, bind kernel.sock, point fds 0,
+    1 and 2 at /dev/null and kernel.log (then 1 and 2 at the capture pipes, as for
+    protocol 1) and give the kernel proper a pair of pipes the link bridges. Any failure
+    before the socket serves ends the process with status 2 and a message on stderr.
+    Runs before any thread exists (listen changes the working directory)."""
+    from kennel import _link
+
+    try:
+        run_path, run_fd, kernel_id = _link.open_run_dir(run)
+        token = _link.read_token(0)
+    except _link.BootError as exc:
+        _fail(str(exc))
+    pid = os.getpid()
+    if os.getsid(0) != pid:
+        try:
+            os.setsid()
+        except OSError as exc:
+            _fail("cannot lead a session (is it a process group leader already?): %s" % exc)
+    from kennel import _sweep
+
+    _sweep.become_subreaper()
+    # Cells and jobs do not inherit what made this kernel detached, nor an owner to die
+    # with: a detached kernel outlives whoever started it.
+    for name in (ENV_RUN, "KENNEL_KERNEL_OWNER_PID", "KENNEL_KERNEL_OWNER"):
+        os.environ.pop(name, None)
+    try:
+        sock, sock_id = _link.listen(run_fd)
+    except OSError as exc:
+        _fail("bind %s/%s: %s" % (run_path, _link.SOCKET_NAME, exc))
+    try:
+        log = os.open(
+            _link.LOG_NAME,
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=run_fd,
+        )
+    except OSError as exc:
+        try:
+            os.unlink(_link.SOCKET_NAME, dir_fd=run_fd)
+        except OSError:
+            pass
+        _fail("open %s/%s: %s" % (run_path, _link.LOG_NAME, exc))
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    boot = Boot()
+    boot.pid = pid
+    boot.pgid = os.getpgrp()
+    boot.diag = log
+    boot.frames_in, inbound = os.pipe()
+    outbound, boot.frames_out = os.pipe()
+    _capture(boot)
+    boot.signals = _catch_term()
+    version = sys.version_info
+    boot.link = _link.Link(
+        run_path, run_fd, kernel_id, token, sock, sock_id, inbound, outbound, log,
+        {
+            "pid": pid,
+            "pgid": boot.pgid,
+            "leader": _link.start_time(pid),
+            "python": "%d.%d.%d" % (version[0], version[1], version[2]),
+            "bundle": _bundle_hash(),
+        },
+    )
+    return boot
+
+
+def _attach():
+    """Start-up of a protocol 1 kernel: the frame channel is stdin and stdout, and the
+    hello goes out first."""
+    pid = os.getpid()
+    try:
+        if os.getpgrp() != pid:
+            os.setpgid(0, 0)
+    except OSError:
+        pass  # a session leader cannot change its group; it leads one already
+    boot = Boot()
+    boot.pid = pid
+    boot.pgid = os.getpgrp()
+    boot.link = None
+    # The frame channel: private copies of stdin and stdout (not inherited by children).
+    boot.frames_in = os.dup(0)
+    boot.frames_out = os.dup(1)
+    boot.diag = os.dup(2)
+    # Nothing else may read the frames or write into them: stdin becomes /dev/null and
+    # fds 1 and 2 become pipes the kernel reads and forwards as stream frames.
+    _capture(boot)
     # From the hello on, a SIGTERM ends the kernel through its signal thread (exit 143).
     boot.signals = _catch_term()
     version = sys.version_info
@@ -100,6 +197,14 @@ def main():
         _write_all(boot.frames_out, hello.encode("ascii"))
     except OSError:
         os._exit(1)  # nobody reads the frames
+    return boot
+
+
+def main():
+    """Run the kernel: set up descriptors, write hello (protocol 1) or serve the run
+    directory's socket (detached, KENNEL_KERNEL_RUN set), serve frames until the end."""
+    run = os.environ.get(ENV_RUN, "")
+    boot = _detach(run) if run else _attach()
     try:
         from kennel import _kernel
 

@@ -9,6 +9,11 @@ in the cell the interrupt names, and holds it back while the main thread writes 
 An interrupt for a cell not started yet (queued, or not yet arrived) is remembered, for
 the newest 1024 such ids: that cell is answered ``interrupted`` at its turn, unrun. One for
 a cell that has finished is ignored.
+
+A detached kernel (protocol 2, boot.link set) also dedupes ``execute`` by cell id, since a
+new controller may send one again: one for a queued or running cell is ignored, one for a
+finished cell is answered with that cell's ``done`` again (the newest 16 are kept, at most
+32 MiB of them; one finished earlier is ignored with a ``log``).
 """
 
 import builtins
@@ -43,6 +48,10 @@ def _decode(text):
 _READER_TICK_MS = 20
 # Cell ids remembered as interrupted before they started, and as finished: the newest.
 _REMEMBERED_IDS = 1024
+# A detached kernel keeps the done frames of this many newest finished cells, and at most
+# this many bytes of them (the newest is kept whatever its size).
+_KEPT_DONES = 16
+_KEPT_DONE_BYTES = 32 << 20
 
 
 class Kernel:
@@ -67,6 +76,14 @@ class Kernel:
         # interrupt for one is ignored); under _cells_lock.
         self.early_interrupts = _cells.RecentIds(_REMEMBERED_IDS)
         self._finished = _cells.RecentIds(_REMEMBERED_IDS)
+        # Detached only, under _cells_lock: ids of cells queued or running (until their
+        # done is written), the done frames of the newest finished cells, and the ids of
+        # cells finished before those.
+        self.detached = boot.link is not None
+        self._live_cells = set()
+        self._done_frames = collections.OrderedDict()
+        self._done_bytes = 0
+        self._done_long_ago = _cells.RecentIds(_REMEMBERED_IDS)
         self.writer = _frames.Writer(boot.frames_out, self)
         _frames.widen_pipe(boot.frames_out)
         # Cells to run, (id, code), in arrival order; None ends the main loop. Appended
@@ -191,7 +208,8 @@ class Kernel:
         self.output_owner = None
         self._done(cell_id, outcome)
 
-    def _done(self, cell_id, outcome):
+    def _done(self, cell_id, outcome, cell=True):
+        """Write the done frame of ``cell_id`` (``cell`` False: of a ``call``, no cell)."""
         try:
             if outcome.status == _cells.OK and outcome.error is None:
                 frame = _frames.encode_done_ok(cell_id, outcome.result)
@@ -211,6 +229,27 @@ class Kernel:
                 ).fields(),
             )
         self.writer.write(frame)
+        if self.detached and cell:
+            self._keep_done(cell_id, frame)
+
+    def _keep_done(self, cell_id, frame):
+        with self._cells_lock:
+            self._live_cells.discard(cell_id)
+            kept = self._done_frames
+            old = kept.pop(cell_id, None)
+            if old is not None:
+                self._done_bytes -= len(old)
+            kept[cell_id] = frame
+            self._done_bytes += len(frame)
+            while len(kept) > _KEPT_DONES or (len(kept) > 1 and self._done_bytes > _KEPT_DONE_BYTES):
+                gone, old = kept.popitem(last=False)
+                self._done_bytes -= len(old)
+                self._done_long_ago.add(gone)
+
+    def live_cells(self):
+        """How many cells are queued or running (detached kernels count them)."""
+        with self._cells_lock:
+            return len(self._live_cells)
 
     def post(self, item):
         """Queue a cell (or None, the end) for the main thread and wake it."""
@@ -335,9 +374,28 @@ class Kernel:
     def _on_execute(self, frame_id, frame):
         if self.life.closing:
             return
+        if self.detached and not self._first_execute(frame_id):
+            return
         with self._cells_lock:
             self._finished.take(frame_id)  # the newest cell of this id has not ended
         self.post((frame_id, frame.get("code")))
+
+    def _first_execute(self, frame_id):
+        """Detached: whether cell ``frame_id`` is new (then it is live from now on). For
+        a finished one its done goes out again."""
+        with self._cells_lock:
+            if frame_id in self._live_cells:
+                return False
+            done = self._done_frames.get(frame_id)
+            long_ago = done is None and frame_id in self._done_long_ago
+            if done is None and not long_ago:
+                self._live_cells.add(frame_id)
+                return True
+        if done is not None:
+            self.writer.write(done)
+        else:
+            self.writer.log("warning", "execute %r: the cell finished long ago; ignored" % (frame_id,))
+        return False
 
     def _on_interrupt(self, frame_id, frame):
         with self._cells_lock:
@@ -363,7 +421,7 @@ class Kernel:
         ).start()
 
     def _on_call(self, frame_id, frame):
-        self._done(frame_id, _cells.failure("Unserved", "call is not served by this kernel"))
+        self._done(frame_id, _cells.failure("Unserved", "call is not served by this kernel"), cell=False)
 
     # Start.
 
@@ -410,6 +468,8 @@ def serve(boot):
     """Run the kernel on the main thread until it ends (it exits the process)."""
     kernel = Kernel(boot)
     kernel.start()
+    if boot.link is not None:
+        boot.link.start(kernel)
     try:
         _site(os.environ)
     except Exception as exc:

@@ -14,6 +14,11 @@ that keeps the GIL (no bytecode runs) holds it until the call returns; the host'
 the backstop. A step of either end that fails does not stop the end: the exit still comes
 (a SIGTERM's end runs on the signal thread, which an error would otherwise kill, losing
 every later SIGTERM).
+
+A detached kernel (protocol 2) also ends gracefully when it has stayed unattached past its
+grace with no cell or job live (begin), and at once when its run directory disappears
+(abandon: jobs TERMed, KILLed 0.5 s later, exit 0 within about a second whatever runs).
+Before any exit it gives its link EXIT_SEAL seconds to send what the kernel wrote.
 """
 
 import os
@@ -45,8 +50,11 @@ def grace_from_env(environ, log):
 
 # How long a SIGTERM end waits, after KILLing the jobs left, for their job_end frames.
 TERM_SETTLE = 0.25
-# How long an exit waits for a frame write in progress, so the stream ends whole.
+# How long an exit waits for a frame write in progress, so the stream ends whole (and a
+# detached kernel's link, to send what was written).
 EXIT_SEAL = 0.25
+# How long an abandoned kernel (its run directory gone) waits after TERMing its jobs.
+ABANDON_GRACE = 0.5
 
 
 class Lifetime:
@@ -78,6 +86,20 @@ class Lifetime:
             # Whatever failed, the end goes on: main_free and the grace still exit.
             self._jobs_stopped.set()
             self._main_free.wait(max(0.0, deadline - time.monotonic()))
+            self._exit(0)
+
+    def abandon(self, reason):
+        """End the kernel now, whatever end is under way, and exit 0 (143 after a
+        SIGTERM): its run directory is gone. No grace for a cell; jobs' groups get TERM,
+        then KILL after ABANDON_GRACE seconds. Writes no frame of its own."""
+        with self._lock:
+            began = self.closing
+            self.closing = True
+        try:
+            if not began:
+                self._refuse_work()
+            self._kernel.jobs.stop_all(grace=ABANDON_GRACE, settle=TERM_SETTLE, quiet=True)
+        finally:
             self._exit(0)
 
     def terminate(self, reason):
@@ -116,6 +138,19 @@ class Lifetime:
     def _exit(self, code):
         # A graceful exit after a SIGTERM came has stopped the jobs too: it exits 143.
         self._kernel.writer.seal(EXIT_SEAL)
+        link = self._kernel.boot.link
+        if link is not None:
+            try:
+                link.finish(EXIT_SEAL)
+            except BaseException:
+                pass  # the exit comes whatever the link does
+            try:
+                # A detached kernel is its own subreaper: nothing it started outlives it.
+                from kennel import _sweep
+
+                _sweep.sweep()
+            except BaseException:
+                pass
         os._exit(143 if self._terminating else code)
 
 

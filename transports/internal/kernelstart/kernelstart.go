@@ -50,13 +50,18 @@ type Env struct {
 	// Run, when set, is the run's marker (KENNEL_REMOTE_RUN) that a transport finds the
 	// kernel's processes by when it cannot reap them by host pid.
 	Run string
+	// Detached, when set, is a detached kernel's run directory (KENNEL_KERNEL_RUN): the
+	// kernel then watches no owner (OwnerPID is ignored) and outlives its controller.
+	Detached string
 }
 
 // Build returns the kernel's whole environment for spec (a Spec.Env that passed
 // transports.CheckSpec), one entry per key.
 func (e Env) Build(spec []string) []string {
 	fixed := slices.DeleteFunc(slices.Clone(e.Stub), func(kv string) bool { return !transports.Reserved(key(kv)) })
-	if e.OwnerPID > 0 {
+	if e.Detached != "" {
+		fixed = append(fixed, images.EnvRun+"="+e.Detached)
+	} else if e.OwnerPID > 0 {
 		fixed = append(fixed, images.EnvOwnerPID+"="+strconv.Itoa(e.OwnerPID))
 	} else {
 		fixed = append(fixed, images.EnvOwner+"=stdin")

@@ -1,0 +1,963 @@
+"""The detached kernel's side of its link: protocol 2 (docs/protocol.md, "Protocol 2").
+
+A detached kernel serves connections on ``<run>/kernel.sock`` instead of speaking frames
+over stdio. The kernel proper is unchanged: _boot gives it two pipes as its frame channel
+(frames_in, frames_out), and this module bridges them to the current connection:
+
+    kernel proper --frames_out--> pipe B --pump--> Outbox --writer--> socket
+    socket --reader--> Inbox (dedupe) --> pipe A --frames_in--> kernel proper
+
+Threads: one accepts connections; each new connection has a short-lived handshake thread
+(at most HANDSHAKES at once; an attach line must come whole within ATTACH_TIMEOUT) that,
+for an accepted attach, goes on as the connection's reader, with a writer thread beside
+it. The pump reads pipe B whatever the connections do, so a frame write of the kernel
+proper never waits on a socket: when the outbox is full it drops (see Outbox). A watch
+thread ends the kernel when its run directory disappears or when it has stayed
+unattached past its grace with no cell or job live.
+
+The newest accepted attach wins: it closes the connection before it. A refused attach
+changes nothing but is logged to kernel.log; so are protocol faults (a line after the
+handshake that is not an envelope), which close that connection, and the controller
+reattaches.
+
+Decisions the protocol text leaves open, taken here:
+- A coalescing push replaces the waiting frame of its key; the replaced frame is
+  superseded, not dropped, so it does not count in the hello's ``dropped`` (its seq is
+  never sent again, like a dropped one's). Nothing in protocol 1 coalesces.
+- An attach whose ack is above every seq the kernel gave is accepted (the outbox is
+  emptied) and logged.
+- An attach line that does not come whole within ATTACH_TIMEOUT is closed without a
+  reply: a ``refused`` would tell the controller the kernel is gone.
+- Envelopes are read leniently (any JSON object with exactly those keys, ``frame``
+  last, whitespace allowed); the kernel writes the compact form only.
+"""
+
+import collections
+import json
+import os
+import select
+import socket
+import threading
+import time
+
+from kennel import _frames
+
+try:
+    # hmac.compare_digest without importing hmac, which loads OpenSSL (about 4 MiB of
+    # resident memory in every idle kernel): the same constant-time C function.
+    from _operator import _compare_digest as compare_digest
+except ImportError:  # another interpreter
+    from hmac import compare_digest
+
+# Bounds of the kernel's outbox (docs/protocol.md, "Outboxes").
+MAX_FRAMES = 4096
+MAX_BYTES = 64 << 20
+# An envelope line, newline included (the protocol's line limit counts the whole line).
+LINE_LIMIT = 32 << 20
+# The attach line and how long a new connection may take to send it.
+ATTACH_LIMIT = 64 << 10
+ATTACH_TIMEOUT = 5.0
+# New connections whose attach is being read at once; more are closed unanswered.
+HANDSHAKES = 16
+# How long the kernel may stay unattached before its first attach, in seconds.
+FIRST_GRACE = 60.0
+# How often the watch checks the run directory and the grace.
+WATCH_POLL = 0.25
+# seq and ack stay below 2**53, so every JSON reader carries them exactly.
+MAX_SEQ = (1 << 53) - 1
+# The socket's name inside the run directory.
+SOCKET_NAME = "kernel.sock"
+LOG_NAME = "kernel.log"
+# Frames one send of the writer carries at most (bytes; one larger frame goes alone).
+_BATCH = 1 << 20
+_READ = 1 << 18
+
+
+class Fault(ValueError):
+    """A line the link cannot take: not an envelope, or not an attach. The text says why."""
+
+
+# Outbox and Inbox: each side's bookkeeping. Not locked: the Link serialises their use.
+
+
+class Outbox:
+    """The kernel's frames not yet acknowledged, numbered from 1 without gaps for the
+    kernel's whole life.
+
+    It holds at most ``max_frames`` frames and ``max_bytes`` bytes. When a pushed frame
+    does not fit, the oldest coalescing frames go first, then the oldest frames, until
+    it fits; each counts in ``dropped`` (taken and reset by the hello). A frame larger
+    than ``max_bytes`` is itself dropped (counted) and its seq never sent. A coalescing
+    push (``coalesce_key`` not None) replaces the waiting frame of the same key: that one
+    is superseded, not dropped, and is not counted.
+    """
+
+    def __init__(self, max_frames=MAX_FRAMES, max_bytes=MAX_BYTES):
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self._frames = collections.OrderedDict()  # seq -> (frame, key), oldest first
+        self._keyed = collections.OrderedDict()  # seq -> key of the coalescing ones
+        self._by_key = {}  # key -> seq
+        self.bytes = 0
+        self.last = 0  # the newest seq given
+        self.dropped = 0
+
+    def __len__(self):
+        return len(self._frames)
+
+    def _fits(self, size):
+        return len(self._frames) < self.max_frames and self.bytes + size <= self.max_bytes
+
+    def _remove(self, seq):
+        frame, key = self._frames.pop(seq)
+        self.bytes -= len(frame)
+        if key is not None:
+            del self._keyed[seq]
+            if self._by_key.get(key) == seq:
+                del self._by_key[key]
+
+    def push(self, frame, coalesce_key=None):
+        """Keep ``frame`` (bytes, the frame without its newline) under the next seq and
+        return that seq."""
+        self.last += 1
+        seq = self.last
+        if coalesce_key is not None:
+            old = self._by_key.get(coalesce_key)
+            if old is not None:
+                self._remove(old)
+        size = len(frame)
+        if size > self.max_bytes:
+            self.dropped += 1
+            return seq
+        while self._keyed and not self._fits(size):
+            self._remove(next(iter(self._keyed)))
+            self.dropped += 1
+        while not self._fits(size):
+            self._remove(next(iter(self._frames)))
+            self.dropped += 1
+        self._frames[seq] = (frame, coalesce_key)
+        if coalesce_key is not None:
+            self._keyed[seq] = coalesce_key
+            self._by_key[coalesce_key] = seq
+        self.bytes += size
+        return seq
+
+    def ack(self, n):
+        """Drop every frame with seq at or below ``n``: the controller applied them."""
+        frames = self._frames
+        while frames:
+            seq = next(iter(frames))
+            if seq > n:
+                return
+            self._remove(seq)
+
+    def pending(self, after=0):
+        """Yield (seq, frame) for every waiting frame with seq above ``after``, in order
+        (a snapshot: pushes and acks meanwhile do not change it)."""
+        for seq, (frame, _) in list(self._frames.items()):
+            if seq > after:
+                yield seq, frame
+
+    def batch(self, after, limit=_BATCH):
+        """Return ([(seq, frame)], cursor): waiting frames with seq above ``after``, in
+        order, about ``limit`` bytes of them (at least one), and the seq up to which the
+        outbox has been looked through (gaps of dropped frames included)."""
+        frames = self._frames
+        out = []
+        size = 0
+        if not frames:
+            return out, max(after, self.last)
+        oldest = next(iter(frames))
+        if after < oldest - 1:
+            after = oldest - 1
+        if self.last - after > 2 * len(frames):
+            # Many gaps (coalesced or dropped frames): walk the frames, not the seqs.
+            for seq, (frame, _) in frames.items():
+                if seq <= after:
+                    continue
+                if out and size + len(frame) > limit:
+                    return out, out[-1][0]
+                out.append((seq, frame))
+                size += len(frame)
+            return out, self.last
+        seq = after
+        while seq < self.last:
+            item = frames.get(seq + 1)
+            if item is not None:
+                if out and size + len(item[0]) > limit:
+                    break
+                out.append((seq + 1, item[0]))
+                size += len(item[0])
+            seq += 1
+        return out, seq
+
+    def take_dropped(self):
+        """Return how many frames were dropped since the last call, and reset the count."""
+        n = self.dropped
+        self.dropped = 0
+        return n
+
+
+class Inbox:
+    """The controller's frames applied: the highest seq. A seq at or below it is a replay."""
+
+    def __init__(self):
+        self.last = 0
+
+    def accept(self, seq):
+        """True when the frame of ``seq`` is to be applied (it then is the last applied),
+        False for a replay to drop."""
+        if seq <= self.last:
+            return False
+        self.last = seq
+        return True
+
+
+# Envelopes.
+
+
+def encode(seq, ack, frame):
+    """The envelope line of ``frame`` (a frame's bytes, its newline optional): the frame
+    is copied byte for byte, last."""
+    if frame.endswith(b"\n"):
+        frame = frame[:-1]
+    return b"".join((b'{"seq":%d,"ack":%d,"frame":' % (seq, ack), frame, b"}\n"))
+
+
+def encode_ack(ack):
+    """A bare ack line."""
+    return b'{"ack":%d}\n' % ack
+
+
+def _no_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+_strict = json.JSONDecoder(parse_constant=_no_constant)
+_scanstring = json.decoder.scanstring
+_WS = " \t\r\n"
+
+
+def _skip(text, i):
+    n = len(text)
+    while i < n and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _members(text):
+    """The members of the JSON object ``text`` as (key, value, start, end), where start
+    and end delimit the value's text. Raises Fault for anything but one object."""
+    try:
+        i = _skip(text, 0)
+        if text[i : i + 1] != "{":
+            raise Fault("not a JSON object")
+        i = _skip(text, i + 1)
+        members = []
+        if text[i : i + 1] == "}":
+            i += 1
+        else:
+            while True:
+                if text[i : i + 1] != '"':
+                    raise Fault("not a JSON object: a key expected at %d" % i)
+                key, i = _scanstring(text, i + 1, True)
+                i = _skip(text, i)
+                if text[i : i + 1] != ":":
+                    raise Fault("not a JSON object: ':' expected at %d" % i)
+                start = _skip(text, i + 1)
+                value, i = _strict.raw_decode(text, start)
+                members.append((key, value, start, i))
+                i = _skip(text, i)
+                mark = text[i : i + 1]
+                i += 1
+                if mark == "}":
+                    break
+                if mark != ",":
+                    raise Fault("not a JSON object: ',' or '}' expected at %d" % (i - 1))
+                i = _skip(text, i)
+        if _skip(text, i) != len(text):
+            raise Fault("data after the object")
+        return members
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, Fault):
+            raise
+        raise Fault("not JSON: %s" % (exc,))
+
+
+def _seq_int(value):
+    return type(value) is int and 0 <= value <= MAX_SEQ
+
+
+def decode(line):
+    """Read one envelope line (its newline optional) and return (seq, ack, frame): frame
+    is the inner frame's bytes exactly as in the line (no newline); seq and frame are
+    None for a bare ack. Raises Fault for anything else."""
+    if len(line) > LINE_LIMIT:
+        raise Fault("a line of %d bytes, over the %d-byte limit" % (len(line), LINE_LIMIT))
+    data = line[:-1] if line.endswith(b"\n") else line
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Fault("not UTF-8")
+    members = _members(text)
+    keys = [m[0] for m in members]
+    if keys == ["ack"]:
+        ack = members[0][1]
+        if not _seq_int(ack):
+            raise Fault("ack is not an integer from 0")
+        return None, ack, None
+    if len(keys) != 3 or keys[2] != "frame" or sorted(keys[:2]) != ["ack", "seq"]:
+        raise Fault("keys %r are not an envelope's" % (keys[:8],))
+    values = {m[0]: m for m in members}
+    seq, ack = values["seq"][1], values["ack"][1]
+    _, frame, start, end = values["frame"]
+    if not _seq_int(seq) or seq == 0:
+        raise Fault("seq is not an integer from 1")
+    if not _seq_int(ack):
+        raise Fault("ack is not an integer from 0")
+    if not isinstance(frame, dict):
+        raise Fault("the frame is not an object")
+    # The frame is the last member: only whitespace and '}' follow it, so its bytes end
+    # where that short tail begins; what comes before it is short too.
+    first = len(text[:start].encode("utf-8"))
+    last = len(data) - len(text[end:].encode("utf-8"))
+    return seq, ack, data[first:last]
+
+
+def decode_attach(line):
+    """Read an attach line; return (kernel, token, ack, grace) or raise Fault."""
+    try:
+        value = _strict.decode(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise Fault("not an attach: not JSON")
+    if not isinstance(value, dict) or list(value) != ["attach"]:
+        raise Fault("not an attach")
+    attach = value["attach"]
+    if not isinstance(attach, dict):
+        raise Fault("not an attach")
+    kernel, token = attach.get("kernel"), attach.get("token")
+    ack, grace = attach.get("ack"), attach.get("grace")
+    if not isinstance(kernel, str) or not isinstance(token, str):
+        raise Fault("attach without kernel or token")
+    if not _seq_int(ack):
+        raise Fault("attach ack is not an integer from 0")
+    if type(grace) not in (int, float) or not 0 <= grace <= 1e9:
+        raise Fault("attach grace is not a number of seconds")
+    return kernel, token, ack, float(grace)
+
+
+# Start-up helpers (_boot calls them before any thread runs).
+
+
+class BootError(Exception):
+    """The detached start cannot go on; the text is for the launcher's stderr."""
+
+
+def open_run_dir(path):
+    """Open the run directory ``path``: it must be a directory (not a symlink), mode
+    0700, owned by this user. Returns (absolute path, fd, kernel id)."""
+    path = os.path.abspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BootError("run directory %s: %s" % (path, exc.strerror or exc))
+    info = os.fstat(fd)
+    if info.st_uid != os.getuid():
+        os.close(fd)
+        raise BootError("run directory %s is owned by uid %d, not %d" % (path, info.st_uid, os.getuid()))
+    if info.st_mode & 0o7777 != 0o700:
+        os.close(fd)
+        raise BootError("run directory %s has mode %o, want 700" % (path, info.st_mode & 0o7777))
+    return path, fd, os.path.basename(path)
+
+
+_HEX = frozenset(b"0123456789abcdef")
+
+
+def read_token(fd):
+    """Read the token line (64 lowercase hex digits, then a newline or the end) from fd."""
+    data = b""
+    while b"\n" not in data and len(data) <= 65:
+        try:
+            chunk = os.read(fd, 66 - len(data))
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            raise BootError("token: cannot read fd %d: %s" % (fd, exc.strerror or exc))
+        if not chunk:
+            break
+        data += chunk
+    line = data.split(b"\n", 1)[0]
+    if len(line) != 64 or not set(line) <= _HEX:
+        raise BootError("token: want one line of 64 lowercase hex digits on fd %d" % fd)
+    return line.decode("ascii")
+
+
+def listen(run_fd):
+    """Bind and listen on kernel.sock in the run directory (bound by its relative name,
+    so a deep directory stays under sun_path's limit; mode 0600). The process's working
+    directory changes meanwhile: call it before any thread starts. Returns (socket,
+    (st_dev, st_ino) of the socket file)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # O_PATH where there is one: a working directory we may not read is still one to
+    # come back to.
+    here = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC)
+    mask = os.umask(0o177)
+    try:
+        os.fchdir(run_fd)
+        try:
+            sock.bind(SOCKET_NAME)
+        finally:
+            os.fchdir(here)
+        os.chmod(SOCKET_NAME, 0o600, dir_fd=run_fd)
+        info = os.stat(SOCKET_NAME, dir_fd=run_fd, follow_symlinks=False)
+        sock.listen(16)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(mask)
+        os.close(here)
+    return sock, (info.st_dev, info.st_ino)
+
+
+def start_time(pid):
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot), or 0."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# The link.
+
+
+class _Conn:
+    """One accepted connection. Fields under the Link's lock, except sock (its reader
+    closes it, after its writer has ended)."""
+
+    __slots__ = (
+        "sock", "epoch", "grace", "closed", "preamble", "sent", "written", "ack_sent",
+        "reack", "lock", "writer",
+    )
+
+    def __init__(self, sock, epoch, grace, ack):
+        self.sock = sock
+        self.epoch = epoch
+        self.grace = grace
+        self.closed = False
+        self.preamble = None  # the hello, sent before any envelope
+        self.sent = ack  # the outbox has been sent up to this seq
+        self.written = ack  # ... and written to the socket up to this one
+        self.ack_sent = -1  # the highest inbound ack sent
+        self.reack = False  # a replay came: acknowledge again
+        self.lock = threading.Lock()  # orders shutdown against close
+        self.writer = None
+
+    def shutdown(self):
+        with self.lock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Lines:
+    """Splits what a socket reads into lines."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self._buf = bytearray()
+        self._scan = 0
+
+    def readline(self, limit, deadline=None):
+        """The next line, newline included; b"" at the end (a cut line is dropped).
+        Raises Fault past ``limit`` bytes, socket.timeout past ``deadline``."""
+        buf = self._buf
+        while True:
+            end = buf.find(b"\n", self._scan)
+            if end >= 0:
+                if end + 1 > limit:
+                    raise Fault("a line over %d bytes" % limit)
+                with memoryview(buf) as view:
+                    line = bytes(view[: end + 1])
+                del buf[: end + 1]
+                self._scan = 0
+                return line
+            if len(buf) >= limit:
+                raise Fault("a line over %d bytes" % limit)
+            self._scan = len(buf)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("timed out")
+                self._sock.settimeout(left)
+            data = self._sock.recv(_READ)
+            if not data:
+                return b""
+            buf += data
+
+
+class _Log:
+    """Lines to kernel.log, each cut at 1 KiB, at most 100 in any 10 s (a peer that
+    keeps failing its attach cannot fill the disk)."""
+
+    def __init__(self, fd):
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._window = 0.0
+        self._count = 0
+        self._lost = 0
+
+    def __call__(self, message):
+        now = time.monotonic()
+        with self._lock:
+            if now - self._window >= 10.0:
+                if self._lost:
+                    self._write("%d link messages suppressed" % self._lost)
+                self._window, self._count, self._lost = now, 0, 0
+            if self._count >= 100:
+                self._lost += 1
+                return
+            self._count += 1
+            self._write(message)
+
+    def _write(self, message):
+        if len(message) > 1024:
+            message = message[:1024] + "..."
+        line = "%s kennel link: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), message)
+        try:
+            os.write(self._fd, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+
+
+class Link:
+    """Serves a detached kernel's socket and bridges it to the kernel proper's pipes.
+
+    Built by _boot (before any thread), started by the kernel (start) once it exists.
+    ``inbound`` is the write end of the kernel proper's frames_in pipe, ``outbound`` the
+    read end of its frames_out pipe.
+    """
+
+    def __init__(self, run_path, run_fd, kernel_id, token, sock, sock_id, inbound, outbound,
+                 diag, hello):
+        self._run_path = run_path
+        self._run_fd = run_fd
+        self._run_id = _dir_id(os.fstat(run_fd))
+        self._kernel_id = kernel_id
+        self._token = token.encode("ascii")
+        self._sock = sock
+        self._sock_id = sock_id
+        self._inbound = inbound
+        self._outbound = outbound
+        os.set_blocking(outbound, False)
+        _frames.widen_pipe(inbound)
+        _frames.widen_pipe(outbound)
+        self._hello = hello  # pid, pgid, python, bundle
+        self.log = _Log(diag)
+        self._kernel = None
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.outbox = Outbox()
+        self.inbox = Inbox()
+        self._apply_lock = threading.Lock()
+        self.epoch = 0
+        self._conn = None
+        self._detached_at = time.monotonic()
+        self._grace = FIRST_GRACE
+        self._ending = False
+        self._handshakes = threading.BoundedSemaphore(HANDSHAKES)
+        self._pump_wake_r, self._pump_wake_w = os.pipe()
+        os.set_blocking(self._pump_wake_r, False)
+        os.set_blocking(self._pump_wake_w, False)
+        self._flush_asked = threading.Event()
+        self._flushed = threading.Event()
+
+    def start(self, kernel):
+        """Serve: start the pump, the accept loop and the watch."""
+        self._kernel = kernel
+        for target, name in (
+            (self._pump, "kennel-link-pump"),
+            (self._accept, "kennel-link-accept"),
+            (self._watch, "kennel-link-watch"),
+        ):
+            threading.Thread(target=target, name=name, daemon=True).start()
+
+    # Kernel frames out: pipe B to the outbox, the outbox to the socket.
+
+    def _pump(self):
+        poller = select.poll()
+        poller.register(self._outbound, select.POLLIN)
+        poller.register(self._pump_wake_r, select.POLLIN)
+        buf = bytearray()
+        eof = False
+        while True:
+            poller.poll()
+            _drain(self._pump_wake_r)
+            while not eof:
+                try:
+                    data = os.read(self._outbound, 1 << 20)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    eof = True
+                    poller.unregister(self._outbound)
+                    break
+                self._take(buf, data)
+            if self._flush_asked.is_set():
+                self._flushed.set()
+            if eof and not self._flush_asked.is_set():
+                return
+
+    def _take(self, buf, data):
+        frames = []
+        if not buf and data.find(b"\n") == len(data) - 1:
+            frames.append(data[:-1])  # the common case: one whole frame
+        else:
+            buf += data
+            start = 0
+            while True:
+                end = buf.find(b"\n", start)
+                if end < 0:
+                    break
+                frames.append(bytes(buf[start:end]))
+                start = end + 1
+            del buf[:start]
+            if len(buf) > LINE_LIMIT:
+                buf.clear()  # the stub writes no such frame; never hold more
+                self.log("a kernel frame over %d bytes was dropped" % LINE_LIMIT)
+        if frames:
+            with self._cond:
+                for frame in frames:
+                    self.outbox.push(frame)
+                self._cond.notify_all()
+
+    def _write_loop(self, conn):
+        sock = conn.sock
+        while True:
+            with self._cond:
+                while True:
+                    if conn.closed:
+                        return
+                    ack = self.inbox.last
+                    if (
+                        conn.preamble is not None
+                        or self.outbox.last > conn.sent
+                        or ack > conn.ack_sent
+                        or conn.reack
+                    ):
+                        break
+                    self._cond.wait()
+                parts = []
+                if conn.preamble is not None:
+                    parts.append(conn.preamble)
+                    conn.preamble = None
+                    conn.ack_sent = ack  # the hello carried it
+                frames, conn.sent = self.outbox.batch(conn.sent)
+                for seq, frame in frames:
+                    parts.append(b'{"seq":%d,"ack":%d,"frame":' % (seq, ack))
+                    parts.append(frame)
+                    parts.append(b"}\n")
+                if not frames and (ack > conn.ack_sent or conn.reack):
+                    parts.append(encode_ack(ack))
+                conn.ack_sent = ack
+                conn.reack = False
+                upto = conn.sent
+            if parts:
+                try:
+                    sock.sendall(b"".join(parts))
+                except OSError as exc:
+                    self._drop(conn, "write failed: %s" % (exc,))
+                    return
+            with self._cond:
+                conn.written = upto
+                self._cond.notify_all()
+
+    # Controller frames in.
+
+    def _accept(self):
+        while True:
+            try:
+                sock, _ = self._sock.accept()
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                self.log("accept: %s" % (exc,))
+                time.sleep(0.1)
+                continue
+            if not self._handshakes.acquire(blocking=False):
+                sock.close()  # too many attaches at once: unanswered, not refused
+                continue
+            try:
+                threading.Thread(
+                    target=self._serve, args=(sock,), name="kennel-link-conn", daemon=True
+                ).start()
+            except RuntimeError:
+                self._handshakes.release()
+                sock.close()
+
+    def _serve(self, sock):
+        """A new connection: its handshake, then (accepted) its reader."""
+        conn = None
+        try:
+            lines = _Lines(sock)
+            try:
+                conn = self._handshake(sock, lines)
+            finally:
+                self._handshakes.release()
+            if conn is not None:
+                why = self._read_loop(conn, lines)
+                self._drop(conn, why)
+        except BaseException as exc:  # a connection never takes the kernel down
+            self.log("connection failed: %r" % (exc,))
+            if conn is not None:
+                self._drop(conn, "failed")
+        finally:
+            if conn is not None:
+                self._drop(conn, None)
+                if conn.writer is not None:
+                    conn.writer.join()
+                with conn.lock:
+                    sock.close()
+            else:
+                sock.close()
+
+    def _refuse(self, sock, reason):
+        self.log("attach refused: %s" % reason)
+        try:
+            sock.settimeout(1.0)
+            sock.sendall(json.dumps({"refused": reason}).encode("ascii") + b"\n")
+        except OSError:
+            pass
+
+    def _handshake(self, sock, lines):
+        """Read and check the attach; return the accepted connection, or None (refused
+        or given up; the caller closes the socket)."""
+        deadline = time.monotonic() + ATTACH_TIMEOUT
+        try:
+            line = lines.readline(ATTACH_LIMIT, deadline)
+        except socket.timeout:
+            self.log("a connection sent no attach within %gs; closed" % ATTACH_TIMEOUT)
+            return None
+        except Fault:
+            self._refuse(sock, "attach line over %d bytes" % ATTACH_LIMIT)
+            return None
+        except OSError:
+            return None
+        if not line:
+            return None
+        try:
+            kernel_id, token, ack, grace = decode_attach(line)
+        except Fault as exc:
+            self._refuse(sock, str(exc))
+            return None
+        good_token = compare_digest(token.encode("utf-8", "surrogatepass"), self._token)
+        if not good_token:
+            self._refuse(sock, "wrong token")
+            return None
+        if kernel_id != self._kernel_id:
+            self._refuse(sock, "wrong kernel id %r" % (kernel_id[:80],))
+            return None
+        sock.settimeout(None)
+        kernel = self._kernel
+        cells = kernel.live_cells()
+        jobs = [{"id": job_id, "pid": pid, "pgid": pid} for job_id, pid in kernel.jobs.running().items()]
+        with self._cond:
+            if self._ending:
+                refuse = True
+            else:
+                refuse = False
+                self.epoch += 1
+                old = self._conn
+                conn = _Conn(sock, self.epoch, grace, ack)
+                self._conn = conn
+                if old is not None:
+                    old.closed = True
+                if ack > self.outbox.last:
+                    self.log("attach ack %d is above the newest seq %d" % (ack, self.outbox.last))
+                self.outbox.ack(ack)
+                hello = self._hello
+                fields = (
+                    ("protocol", 2),
+                    ("bundle", hello["bundle"]),
+                    ("epoch", self.epoch),
+                    ("ack", self.inbox.last),
+                    ("pid", hello["pid"]),
+                    ("pgid", hello["pgid"]),
+                    ("leader", hello["leader"]),
+                    ("python", hello["python"]),
+                    ("cells", cells),
+                    ("jobs", jobs),
+                    ("dropped", self.outbox.take_dropped()),
+                )
+                conn.preamble = (
+                    json.dumps({"hello": dict(fields)}, separators=(",", ":"), ensure_ascii=True)
+                    + "\n"
+                ).encode("ascii")
+                conn.writer = threading.Thread(
+                    target=self._write_loop, args=(conn,), name="kennel-link-writer", daemon=True
+                )
+                self._cond.notify_all()
+        if refuse:
+            self._refuse(sock, "the kernel is ending")
+            return None
+        if old is not None:
+            old.shutdown()
+        self.log(
+            "attach epoch %d (ack %d, grace %gs)%s"
+            % (conn.epoch, ack, grace, " replaces epoch %d" % old.epoch if old is not None else "")
+        )
+        try:
+            conn.writer.start()
+        except RuntimeError as exc:  # no thread to be had: this attach cannot be served
+            conn.writer = None
+            self._drop(conn, "no writer: %s" % (exc,))
+            return None
+        return conn
+
+    def _read_loop(self, conn, lines):
+        """Apply the connection's envelopes until it ends; return why it ended."""
+        while True:
+            try:
+                line = lines.readline(LINE_LIMIT)
+            except Fault as exc:
+                return "protocol fault: %s" % (exc,)
+            except OSError as exc:
+                return "read failed: %s" % (exc,)
+            if not line:
+                return "end of stream"
+            try:
+                seq, ack, frame = decode(line)
+            except Fault as exc:
+                return "protocol fault: %s (line begins %r)" % (exc, line[:64])
+            if seq is None:
+                with self._cond:
+                    self.outbox.ack(ack)
+                continue
+            with self._apply_lock:
+                if conn.closed:
+                    return None  # a newer attach took over: it gets the frame again
+                if self.inbox.accept(seq):
+                    try:
+                        _write_all(self._inbound, frame + b"\n")
+                    except OSError as exc:
+                        return "frame to the kernel lost: %s" % (exc,)
+                    replay = False
+                else:
+                    replay = True
+            with self._cond:
+                self.outbox.ack(ack)
+                if replay:
+                    conn.reack = True
+                self._cond.notify_all()
+
+    def _drop(self, conn, why):
+        with self._cond:
+            first = not conn.closed
+            conn.closed = True
+            if self._conn is conn:
+                self._conn = None
+                self._detached_at = time.monotonic()
+                self._grace = conn.grace
+            self._cond.notify_all()
+        if first and why:
+            self.log("epoch %d closed: %s" % (conn.epoch, why))
+        conn.shutdown()
+
+    # Lifetime.
+
+    def _live(self):
+        kernel = self._kernel
+        return kernel.live_cells() > 0 or bool(kernel.jobs.running())
+
+    def _run_dir_gone(self):
+        try:
+            if os.fstat(self._run_fd).st_nlink == 0:
+                return True
+            return _dir_id(os.stat(self._run_path)) != self._run_id
+        except FileNotFoundError:
+            return True
+        except NotADirectoryError:
+            return True
+        except OSError:
+            return False  # cannot tell (a parent's permissions): not gone
+
+    def _watch(self):
+        life = self._kernel.life
+        while True:
+            time.sleep(WATCH_POLL)
+            if self._run_dir_gone():
+                self.log("run directory %s is gone: ending" % self._run_path)
+                life.abandon("run directory gone")
+                return
+            if self._ending:
+                continue  # an end is under way: only the run directory is watched
+            with self._cond:
+                idle_for = time.monotonic() - self._detached_at
+                expired = self._conn is None and idle_for >= self._grace
+            if not expired or self._live():
+                continue
+            with self._cond:
+                if self._conn is not None:
+                    continue  # attached meanwhile
+                self._ending = True
+            self.log("unattached for %.1fs (grace %gs), no cell or job live: ending" % (idle_for, self._grace))
+            life.begin("unattached past the grace")  # returns only if an end was under way
+
+    def finish(self, timeout):
+        """At exit: move what the kernel proper wrote into the outbox and out to the
+        attached connection, waiting ``timeout`` seconds at most; then remove the socket
+        file (if it is still this kernel's)."""
+        deadline = time.monotonic() + timeout
+        self._flush_asked.set()
+        _poke(self._pump_wake_w)
+        if self._flushed.wait(timeout):
+            with self._cond:
+                while True:
+                    conn = self._conn
+                    if conn is None or conn.closed or conn.written >= self.outbox.last:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+        try:
+            info = os.stat(SOCKET_NAME, dir_fd=self._run_fd, follow_symlinks=False)
+            if (info.st_dev, info.st_ino) == self._sock_id:
+                os.unlink(SOCKET_NAME, dir_fd=self._run_fd)
+        except OSError:
+            pass
+
+
+def _dir_id(info):
+    return info.st_dev, info.st_ino
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[written:]
+
+
+def _poke(fd):
+    try:
+        os.write(fd, b"x")
+    except OSError:
+        pass
+
+
+def _drain(fd):
+    try:
+        while os.read(fd, 512):
+            pass
+    except OSError:
+        pass
