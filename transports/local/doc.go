@@ -15,6 +15,16 @@
 //	defer k.Kill(context.WithoutCancel(ctx))
 //	// k.Stdout() carries frames, the first being the hello; k.Stdin() takes frames.
 //
+// With Options.RunDir set, kernels are detached instead (docs/protocol.md, "Protocol 2"):
+// the stub runs in its own session, is its own subreaper, serves kernel.sock in a run
+// directory of its own under RunDir (token handed over fd 0, never argv or the
+// environment), and outlives its controller; Start attaches to it through a link.Client
+// (package link) and returns once the socket answered. The returned Kernel reads like any
+// other; it also implements Detacher: Detach lets the kernel run on alone for its grace
+// (Options.KernelGrace, sent in every attach), and Record is what reattaching takes. Kill
+// sends shutdown over the link, then SIGTERMs the kernel's group, then stops the kernel
+// and SIGKILLs everything below it, its jobs' groups and its group.
+//
 // The local transport is a lifetime guard, not an isolation boundary: the kernel runs as
 // the controller's user and sees the host's files, environment and pids.
 package local

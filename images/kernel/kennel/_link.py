@@ -42,6 +42,15 @@ import time
 
 from kennel import _frames
 
+_T = []
+_pc = time.perf_counter
+def _tr(tag):
+    _T.append((tag, _pc()))
+    if len(_T) >= 20000:
+        with open("/tmp/linktrace.txt", "a") as f:
+            f.write("".join("%s %.9f\n" % x for x in _T))
+        del _T[:]
+
 try:
     # hmac.compare_digest without importing hmac, which loads OpenSSL (about 4 MiB of
     # resident memory in every idle kernel): the same constant-time C function.
@@ -495,6 +504,7 @@ class _Lines:
                     raise socket.timeout("timed out")
                 self._sock.settimeout(left)
             data = self._sock.recv(_READ)
+            _tr("R_recv")
             if not data:
                 return b""
             buf += data
@@ -600,6 +610,7 @@ class Link:
             while not eof:
                 try:
                     data = os.read(self._outbound, 1 << 20)
+                    _tr("P_read")
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
@@ -653,6 +664,7 @@ class Link:
                     ):
                         break
                     self._cond.wait()
+                _tr("W_wake")
                 parts = []
                 if conn.preamble is not None:
                     parts.append(conn.preamble)
@@ -670,7 +682,9 @@ class Link:
                 upto = conn.sent
             if parts:
                 try:
+                    _tr("W_send%d" % len(frames))
                     sock.sendall(b"".join(parts))
+                    _tr("W_sent")
                 except OSError as exc:
                     self._drop(conn, "write failed: %s" % (exc,))
                     return
@@ -845,6 +859,7 @@ class Link:
                 if self.inbox.accept(seq):
                     try:
                         _write_all(self._inbound, frame + b"\n")
+                        _tr("R_pipeA")
                     except OSError as exc:
                         return "frame to the kernel lost: %s" % (exc,)
                     replay = False
