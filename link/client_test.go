@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,78 +15,6 @@ import (
 )
 
 const token = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-
-// cutConn closes its connection once readLimit bytes were read or writeLimit written
-// (mid-frame, mid-hello, wherever the count falls); a negative limit never cuts.
-type cutConn struct {
-	net.Conn
-	mu                    sync.Mutex
-	readLimit, writeLimit int
-}
-
-func (c *cutConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	lim := c.readLimit
-	c.mu.Unlock()
-	if lim == 0 {
-		c.Conn.Close()
-		return 0, net.ErrClosed
-	}
-	if lim > 0 && len(p) > lim {
-		p = p[:lim]
-	}
-	n, err := c.Conn.Read(p)
-	if lim > 0 {
-		c.mu.Lock()
-		c.readLimit -= n
-		c.mu.Unlock()
-	}
-	return n, err
-}
-
-func (c *cutConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	lim := c.writeLimit
-	c.mu.Unlock()
-	if lim >= 0 && len(p) >= lim {
-		n, _ := c.Conn.Write(p[:lim])
-		c.Conn.Close()
-		c.mu.Lock()
-		c.writeLimit = 0
-		c.mu.Unlock()
-		return n, net.ErrClosed
-	}
-	n, err := c.Conn.Write(p)
-	if lim > 0 {
-		c.mu.Lock()
-		c.writeLimit -= n
-		c.mu.Unlock()
-	}
-	return n, err
-}
-
-type cut struct{ read, write int }
-
-// cutting dials sock, cutting the i-th connection at cuts[i]; later ones are whole.
-func cutting(sock string, cuts []cut) link.Dialer {
-	var mu sync.Mutex
-	i := 0
-	base := link.DialUnix(sock)
-	return func(ctx context.Context) (net.Conn, error) {
-		c, err := base(ctx)
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if i >= len(cuts) {
-			return c, nil
-		}
-		cc := &cutConn{Conn: c, readLimit: cuts[i].read, writeLimit: cuts[i].write}
-		i++
-		return cc, nil
-	}
-}
 
 func frame(dir string, i int, pad string) []byte {
 	return []byte(fmt.Sprintf(`{"event":"stream","id":"%s%d","name":"stdout","text":%q}`, dir, i, pad))
@@ -120,14 +46,14 @@ func TestPropEveryFrameOnceAcrossCuts(t *testing.T) {
 		nk := rapid.IntRange(0, 40).Draw(rt, "kernel frames")
 		nc := rapid.IntRange(0, 40).Draw(rt, "controller frames")
 		pad := rapid.StringMatching(`[a-z]{0,300}`).Draw(rt, "pad")
-		cuts := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) cut {
-			return cut{read: rapid.IntRange(-1, 3000).Draw(t, "read"), write: rapid.IntRange(-1, 3000).Draw(t, "write")}
+		cuts := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) linktest.Cut {
+			return linktest.Cut{Read: rapid.IntRange(-1, 3000).Draw(t, "read"), Write: rapid.IntRange(-1, 3000).Draw(t, "write")}
 		}), 0, 6).Draw(rt, "cuts")
 		early := rapid.IntRange(0, nk).Draw(rt, "pushed before the attach")
 		for i := range early {
 			k.Push(frame("k", i, pad), "")
 		}
-		c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: cutting(k.Socket(), cuts), Backoff: fastBackoff(), AckDelay: time.Millisecond})
+		c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: linktest.Cutting(link.DialUnix(k.Socket()), cuts), Backoff: fastBackoff(), AckDelay: time.Millisecond})
 		if err != nil {
 			rt.Fatalf("open: %v", err)
 		}
