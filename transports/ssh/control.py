@@ -6,6 +6,9 @@
 #               with the run (KENNEL_REMOTE_RUN=<id> in its environment, read from /proc:
 #               the kernel itself carries it from its exec, and everything it starts
 #               inherits it).
+#   ALIVE       signal nothing: print 1 when the kernel the run directory records still
+#               runs, else 0 (a detached kernel's controller asks it when its socket does
+#               not answer: only 0 proves the kernel gone).
 #   CLEANUP     TERM the kernel's group and every marked process, wait up to 1 s, KILL
 #               what is left the same way, wait up to 2 s, and remove the run directory.
 #               It ends a kernel that still runs (its connection was lost) as well as
@@ -148,6 +151,9 @@ def _control():
             n = left()
         return n
 
+    if action == "ALIVE":
+        sys.stdout.write("%d\n" % (1 if kernel_alive() else 0))
+        return
     if action == "TERM":
         group(signal.SIGTERM)
         n = left()

@@ -70,6 +70,18 @@
 // is refused; reads stream; FSOptions.ReadOnly refuses every change. fs.grep and fs.glob skip .git
 // and what .gitignore files ignore, by the same walk as local files (ignore.WalkFS).
 //
+// # Detached kernels
+//
+// With Options.Detached the start command forks the stub into a session of its own with
+// its run directory as KENNEL_KERNEL_RUN (the token follows the start block on stdin) and
+// exits once kernel.sock is up; the controller then reaches the socket through the host
+// connection's streamlocal forwarding (client.Dial("unix", path); the remote sshd must
+// allow it) and speaks protocol 2 over it (package link). A dropped connection is
+// reattached over a fresh one; a dial that fails is proof of the kernel's end only when the
+// host answers that the recorded kernel no longer runs (control action ALIVE). The socket
+// path must fit sun_path (108 bytes): a remote home too deep is refused with
+// ErrUnsupported. Detach lets the kernel run on alone for Options.KernelGrace.
+//
 // # Test server
 //
 // Tests run against a real OpenSSH sshd (package sshtest): root logs in with a lean

@@ -134,7 +134,7 @@ func runRemote(ctx context.Context, c *xssh.Client, what, script string, stdin i
 	var ee *xssh.ExitError
 	switch {
 	case errors.As(werr, &ee):
-		return nil, fmt.Errorf("%s: exit status %d: %s: %w", what, ee.ExitStatus(), lastLines(stderr.String(), 3), ErrRemote)
+		return nil, fmt.Errorf("%s: %w: %s: %w", what, exitStatus(ee.ExitStatus()), lastLines(stderr.String(), 3), ErrRemote)
 	case werr != nil:
 		return nil, fmt.Errorf("%s: %w: %w", what, werr, ErrUnreachable)
 	case copyErr != nil && !errors.Is(copyErr, io.EOF):
@@ -142,6 +142,11 @@ func runRemote(ctx context.Context, c *xssh.Client, what, script string, stdin i
 	}
 	return []byte(stdout.String()), nil
 }
+
+// exitStatus is a remote command's non-zero exit status, within a runRemote error.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // lastLines returns the last n non-empty lines of s, joined by "; ".
 func lastLines(s string, n int) string {

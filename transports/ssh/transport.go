@@ -55,6 +55,14 @@ type Options struct {
 	// transports.Grace; negative means no wait.
 	StdinGrace time.Duration
 	TermGrace  time.Duration
+	// Detached makes kernels detached (docs/protocol.md, "Protocol 2"): each outlives its
+	// ssh connection and its controller, and is reached over kernel.sock in its run
+	// directory through the connection's streamlocal forwarding (the host's sshd must
+	// allow it: AllowStreamLocalForwarding, on by default).
+	Detached bool
+	// KernelGrace is how long a detached kernel lives with nothing attached (zero:
+	// DefaultKernelGrace).
+	KernelGrace time.Duration
 }
 
 // Transport starts kernels on one remote host over the Hosts' shared connection. It is
@@ -72,8 +80,11 @@ func New(hosts *Hosts, opts Options) *Transport {
 // Name returns "ssh".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports none: a remote kernel has its own environment, pids and files.
-func (t *Transport) Capabilities() transports.Capabilities { return transports.Capabilities{} }
+// Capabilities reports only whether kernels are detached: a remote kernel has its own
+// environment, pids and files.
+func (t *Transport) Capabilities() transports.Capabilities {
+	return transports.Capabilities{Detached: t.opts.Detached}
+}
 
 // Start probes the host (or reuses a cached probe), stages the stub bundle if it is not
 // there, and starts the kernel in a new session on the shared connection; it returns
@@ -116,16 +127,35 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	python := cmp.Or(spec.Python, p.PythonPath)
 	runID := runID(spec.SessionID)
 	base := path.Join(p.Home, ".kennel-remote")
+	if t.opts.Detached {
+		// sshd connects to the socket by its whole path: keep it within sun_path.
+		runID = runID[len(runID)-16:]
+		if sock := path.Join(base, "run", runID, "kernel.sock"); len(sock) >= maxSunPath {
+			return nil, fmt.Errorf("start ssh kernel %q: the detached kernel's socket %s is over the %d-byte socket path limit (the remote home %s is too deep): %w", spec.SessionID, sock, maxSunPath-1, p.Home, ErrUnsupported)
+		}
+	}
 	env := kernelstart.Env{Stub: images.KernelEnv(b), EOFGrace: t.opts.EOFGrace, Run: runID}
+	runDir := path.Join(base, "run", runID)
+	if t.opts.Detached {
+		env.Detached = runDir
+	}
 	block, err := kernelstart.Block{
 		Dir:  spec.Dir,
 		Keep: keptFromLogin,
-		Run:  path.Join(base, "run", runID),
+		Run:  runDir,
 		Stub: path.Join(base, b.Hash()),
 		Env:  env.Build(spec.Env),
 	}.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+	}
+	preamble := append([]byte(python+"\n"+runID+"\n"), block...)
+	if t.opts.Detached {
+		k, err := t.startDetached(ctx, hc, target, p.PythonPath, runID, runDir, preamble)
+		if err != nil {
+			return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		}
+		return k, nil
 	}
 	k, err := startKernel(ctx, hc, kernelConfig{
 		hosts:      t.hosts,
@@ -133,7 +163,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		python:     p.PythonPath,
 		runID:      runID,
 		id:         target.String() + ":" + path.Join(base, "run", runID),
-		preamble:   append([]byte(python+"\n"+runID+"\n"), block...),
+		preamble:   preamble,
 		stderr:     spec.Stderr,
 		stdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		termGrace:  transports.ResolveGrace(t.opts.TermGrace),
@@ -143,6 +173,9 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	}
 	return k, nil
 }
+
+// maxSunPath is the size of sun_path on Linux, its NUL included.
+const maxSunPath = 108
 
 // runID is a fresh run directory name: the session id's first 40 bytes, each but
 // [A-Za-z0-9_-] made '_', then 8 random bytes in hex.

@@ -53,6 +53,25 @@ def _kennel_start():
         entries.append((key, value))
     if stub and not os.path.isdir(os.path.join(stub, b"kennel")):
         fail(b"no stub in " + stub, 3)
+    detached = dict(entries).get(b"KENNEL_KERNEL_RUN")
+    if detached:
+        # A detached kernel (docs/protocol.md, "Protocol 2") outlives this command: the
+        # kernel is a child that goes on alone; this process waits for its socket, then
+        # exits 0 (3 when the kernel ended first), so the remote command ends while the
+        # kernel runs. The token that follows the block on stdin is the child's to read.
+        child = os.fork()
+        if child:
+            import time
+
+            sock = os.path.join(detached, b"kernel.sock")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if os.waitpid(child, os.WNOHANG)[0]:
+                    fail(b"the detached kernel ended before its socket was up", 3)
+                if os.path.exists(sock):
+                    os._exit(0)
+                time.sleep(0.01)
+            fail(b"no socket from the detached kernel within 30 s", 3)
     if run:
         try:
             os.makedirs(os.path.dirname(run), mode=0o700, exist_ok=True)

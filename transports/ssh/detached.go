@@ -1,0 +1,150 @@
+package ssh
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/kennel-dev/kennel/link"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/linked"
+)
+
+// DefaultKernelGrace is how long a detached remote kernel lives with nothing attached
+// when Options.KernelGrace is zero.
+const DefaultKernelGrace = time.Hour
+
+// detachedKernel is a remote kernel started detached: the start command forks it into a
+// session of its own and exits once its socket is up; the controller reaches kernel.sock
+// in the run directory through the host connection's streamlocal forwarding
+// (client.Dial("unix", path)), so a dropped connection is reattached over a fresh one.
+type detachedKernel struct {
+	*linked.Streams
+	client *link.Client
+	t      *Transport
+	target Target
+	python string
+	runID  string
+	info   transports.Info
+	watch  *transports.Watch
+}
+
+// startDetached runs the start command with the block (KENNEL_KERNEL_RUN set) and the
+// token after it, waits for it to report the socket, and attaches.
+func (t *Transport) startDetached(ctx context.Context, hc *hostConn, target Target, python, runID, runDir string, preamble []byte) (transports.Kernel, error) {
+	tok := make([]byte, 32)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	token := hex.EncodeToString(tok)
+	stdin := append(append([]byte(nil), preamble...), token+"\n"...)
+	out, err := runRemote(ctx, hc.c, "start detached kernel "+runID+" on "+target.String(), kernelScript, strings.NewReader(string(stdin)), 64<<10)
+	if err != nil {
+		_, _ = t.hosts.control(context.WithoutCancel(ctx), target, python, runID, "CLEANUP")
+		var st exitStatus
+		if errors.As(err, &st) && (st == 126 || st == 127) {
+			err = fmt.Errorf("%w: %w", ErrUnsupported, err) // no such interpreter there
+		}
+		return nil, fmt.Errorf("start detached kernel on %s: %w (%s)", target, err, strings.TrimSpace(string(out)))
+	}
+	k := &detachedKernel{t: t, target: target, python: python, runID: runID,
+		info: transports.Info{Transport: Name, ID: target.String() + ":" + runDir}}
+	sock := path.Join(runDir, "kernel.sock")
+	client, err := link.Open(ctx, link.Options{
+		Kernel: path.Base(runDir), Token: token, Grace: t.kernelGrace(),
+		Dial: k.dialer(sock),
+	})
+	if err != nil {
+		_, _ = t.hosts.control(context.WithoutCancel(ctx), target, python, runID, "CLEANUP")
+		return nil, fmt.Errorf("attach to detached kernel %s on %s: %w", runID, target, err)
+	}
+	k.client = client
+	k.Streams = linked.New(client)
+	k.watch = transports.NewWatch(transports.WatchSpec{
+		What: "detached ssh kernel " + runID,
+		Steps: []transports.Step{
+			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
+			{Act: func() { _ = k.control("TERM") }, Grace: transports.ResolveGrace(t.opts.TermGrace)},
+			{Act: func() { _ = k.control("KILL") }, Grace: 5 * time.Second},
+			{Act: func() { _ = client.Close() }},
+		},
+		Reap: func(func() bool) (transports.Exit, error) {
+			<-client.Done()
+			err := client.Err()
+			if errors.Is(err, link.ErrGone) {
+				err = nil
+			}
+			return transports.Exit{}, err
+		},
+		Release: func(_ transports.Exit, err error) error {
+			if errors.Is(err, link.ErrDetached) {
+				return err // let go, not ended: the kernel runs on for its grace
+			}
+			// What the kernel left (a marked process) goes, and the run directory.
+			if _, cerr := k.t.hosts.control(context.Background(), target, python, runID, "CLEANUP"); cerr != nil && err == nil {
+				err = cerr
+			}
+			return err
+		},
+	})
+	return k, nil
+}
+
+func (t *Transport) kernelGrace() time.Duration {
+	if t.opts.KernelGrace > 0 {
+		return t.opts.KernelGrace
+	}
+	return DefaultKernelGrace
+}
+
+// dialer reaches the remote socket over the host's current connection. A failed dial is
+// proof of the kernel's end only when the host answers that the recorded kernel no longer
+// runs (the ALIVE control action); a host out of reach is retried.
+func (k *detachedKernel) dialer(sock string) link.Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		hc, err := k.t.hosts.connFor(ctx, k.target)
+		if err != nil {
+			return nil, err
+		}
+		c, err := hc.c.DialContext(ctx, "unix", sock)
+		if err == nil {
+			return c, nil
+		}
+		alive, aerr := k.t.hosts.control(ctx, k.target, k.python, k.runID, "ALIVE")
+		if aerr == nil && alive == "0" {
+			return nil, fmt.Errorf("%w: kernel %s on %s has ended (%v)", link.ErrGone, k.runID, k.target, err)
+		}
+		return nil, fmt.Errorf("dial %s on %s: %w", sock, k.target, err)
+	}
+}
+
+// control runs a control action for the kernel on its host.
+func (k *detachedKernel) control(action string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := k.t.hosts.control(ctx, k.target, k.python, k.runID, action)
+	return err
+}
+
+// Info reports the kernel's host and run directory; its pids are the host's, not ours.
+func (k *detachedKernel) Info() transports.Info { return k.info }
+
+// Kill ends the kernel: shutdown over the link, then the remote TERM and KILL ladder; the
+// end is its link's proof that it is gone, then the run's sweep.
+func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
+
+// Wait blocks until the kernel is proven gone (or its link ended otherwise: after Detach
+// it returns an error matching link.ErrDetached, the kernel still running).
+func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
+
+// Detach closes the link; the kernel runs on, alone, for its grace.
+func (k *detachedKernel) Detach() error { return k.client.Close() }
+
+// Link is the kernel's link.
+func (k *detachedKernel) Link() *link.Client { return k.client }

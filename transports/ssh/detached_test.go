@@ -1,0 +1,105 @@
+package ssh_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/internal/testproc"
+	"github.com/kennel-dev/kennel/link"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/ssh"
+	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+	"github.com/kennel-dev/kennel/transports/transporttest"
+)
+
+// TestDetachedConformance: detached remote kernels, reached over their sockets through the
+// connection's streamlocal forwarding, pass the suite every transport passes.
+func TestDetachedConformance(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	transporttest.Run(t, func(t *testing.T) transports.Transport {
+		return ssh.New(hosts, ssh.Options{Target: sshtest.Alias, Detached: true, StdinGrace: time.Second, TermGrace: time.Second})
+	}, transporttest.WithSpec(func(t *testing.T, s *transports.Spec) {
+		if err := os.Chmod(s.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}))
+}
+
+// TestADetachedRemoteCellSurvivesACut: the link's connection is cut while a cell sleeps;
+// it reattaches through the host connection and the cell's output arrives once.
+func TestADetachedRemoteCellSurvivesACut(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	tr := ssh.New(hosts, ssh.Options{Target: sshtest.Alias, Detached: true})
+	k, c := transporttest.Start(t, tr, transports.Spec{Dir: srv.Home})
+	id, err := c.Send("x = 1\nimport time; time.sleep(2)\nprint(x)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	l := k.(interface{ Link() *link.Client }).Link()
+	l.Drop()
+	out := ""
+	for {
+		f, err := c.Next()
+		if err != nil {
+			t.Fatalf("after the cut: %v", err)
+		}
+		if f.Event() == "stream" {
+			out += f.Str("text")
+		}
+		if f.Event() == "done" && f.ID() == id {
+			break
+		}
+	}
+	if out != "1\n" || l.Attaches() < 2 {
+		t.Fatalf("output %q over %d attaches, want it once after a reattach", out, l.Attaches())
+	}
+}
+
+// TestADetachedRemoteKernelOutlivesItsLinkThenItsGrace: Detach leaves the remote kernel
+// running; with nothing attached it exits after its 2 s grace and leaves no process.
+func TestADetachedRemoteKernelOutlivesItsLinkThenItsGrace(t *testing.T) {
+	srv := sshtest.Start(t)
+	hosts := newHosts(t, srv)
+	tr := ssh.New(hosts, ssh.Options{Target: sshtest.Alias, Detached: true, KernelGrace: 2 * time.Second})
+	// Not transporttest.Start: its cleanup kills the kernel this test lets go.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "grace", Dir: srv.Home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transporttest.NewClient(k)
+	if _, err := c.Hello(); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := c.Run("import os; print(os.getpid())")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kernel int
+	if _, err := fmt.Sscan(pid, &kernel); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.(interface{ Detach() error }).Detach(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Wait(); !errors.Is(err, link.ErrDetached) {
+		t.Fatalf("wait after detach: %v, want link.ErrDetached", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := testproc.Kill(kernel, 0); err != nil {
+		t.Fatalf("the remote kernel %d ended with its link: %v", kernel, err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); testproc.Kill(kernel, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote kernel %d outlived its 2 s grace by far", kernel)
+		}
+	}
+}
