@@ -30,7 +30,7 @@ var signalProgram = images.PythonProgram(signalSource)
 func (t *Transport) startExec(ctx context.Context, bc bundleCache, spec transports.Spec) (*Kernel, error) {
 	python := cmp.Or(spec.Python, "python3")
 	run := rand.Text() // the run's marker: 26 random base32 digits
-	env := t.env(bc.bundle, spec, run)
+	env := t.env(bc.bundle, spec, run, "")
 	created, err := t.cli.ExecCreate(ctx, t.opts.Container, client.ExecCreateOptions{
 		User:         t.opts.User,
 		AttachStdin:  true,

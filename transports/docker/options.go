@@ -105,6 +105,18 @@ type Options struct {
 	// StopGrace is the stop timeout: how long after SIGTERM the engine waits before
 	// SIGKILL. Zero means transports.Grace. Whole seconds (rounded up); negative means 0.
 	StopGrace time.Duration
+
+	// RunDir, when set, makes run-mode kernels detached (docs/protocol.md, "Protocol 2"):
+	// each gets a run directory under RunDir (on this host), bind-mounted into its
+	// container at ContainerRunRoot/<id> and given to the kernel's user, whose
+	// kernel.sock the controller dials across the container boundary; the container
+	// outlives the controller (removed by the engine once the kernel exits) and is not a
+	// dead controller's to sweep. The kernel's User must be numeric and the controller
+	// able to chown (root). Empty keeps kernels on the attached stream.
+	RunDir string
+	// KernelGrace is how long a detached kernel lives with nothing attached (zero: one
+	// hour).
+	KernelGrace time.Duration
 }
 
 // UserFor returns the kernel's user for a start whose working directory is dir (a

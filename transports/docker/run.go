@@ -25,7 +25,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	cfg := &container.Config{
 		Image:        image,
 		User:         o.UserFor(spec.Dir),
-		Env:          t.env(b, spec, ""),
+		Env:          t.env(b, spec, "", ""),
 		WorkingDir:   spec.Dir,
 		AttachStdin:  true,
 		AttachStdout: true,

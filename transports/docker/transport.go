@@ -66,9 +66,12 @@ func New(cli client.APIClient, opts Options) (*Transport, error) {
 // Name returns "docker".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports none: a container has its own environment, pids and file system
-// (the path map's mounts are its bind mounts).
-func (t *Transport) Capabilities() transports.Capabilities { return transports.Capabilities{} }
+// Capabilities reports only whether kernels are detached (Options.RunDir, run mode): a
+// container has its own environment, pids and file system (the path map's mounts are its
+// bind mounts).
+func (t *Transport) Capabilities() transports.Capabilities {
+	return transports.Capabilities{Detached: t.opts.RunDir != "" && t.opts.Container == ""}
+}
 
 // Image returns the kernel image run mode uses.
 func (t *Transport) Image() (string, error) {
@@ -114,6 +117,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	var k transports.Kernel
 	if t.opts.Container != "" {
 		k, err = t.startExec(ctx, bc, spec)
+	} else if t.opts.RunDir != "" {
+		k, err = t.startDetached(ctx, bc, spec)
 	} else {
 		k, err = t.startRun(ctx, bc, spec)
 	}
@@ -124,13 +129,14 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 }
 
 // env is the kernel's whole environment; run is the exec-mode run's marker ("" in run
-// mode).
-func (t *Transport) env(b *images.Bundle, spec transports.Spec, run string) []string {
+// mode), detached a detached kernel's run directory in its container ("" for none).
+func (t *Transport) env(b *images.Bundle, spec transports.Spec, run, detached string) []string {
 	e := kernelstart.Env{
 		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
 		Stub:     images.KernelEnv(b),
 		EOFGrace: t.opts.EOFGrace,
 		Run:      run,
+		Detached: detached,
 	}
 	return e.Build(spec.Env)
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +57,8 @@ type detached struct {
 	rec    Record
 	info   transports.Info
 	watch  *transports.Watch
+
+	exited <-chan struct{} // closed once the kernel has been reaped
 
 	mu   sync.Mutex
 	jobs map[int]bool // job groups the kernel reported (pgid), verified
@@ -129,23 +130,7 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 	if werr != nil {
 		return kill(fmt.Errorf("hand the token to the detached kernel: %w", werr))
 	}
-	sock := filepath.Join(runDir, "kernel.sock")
-	launching := true
-	var launchMu sync.Mutex
-	dial := func(ctx context.Context) (net.Conn, error) {
-		c, err := link.DialUnix(sock)(ctx)
-		launchMu.Lock()
-		early := launching
-		launchMu.Unlock()
-		if err != nil && early && errors.Is(err, link.ErrGone) {
-			select {
-			case <-exited:
-			default:
-				return nil, fmt.Errorf("kernel socket not up yet: %v", err) // retried
-			}
-		}
-		return c, err
-	}
+	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
 	var k *detached
 	var kMu sync.Mutex
 	onFrame := func(frame []byte) {
@@ -159,16 +144,14 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 	lctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
 	client, err := link.Open(lctx, link.Options{
-		Kernel: id, Token: token, Grace: t.kernelGrace(), Dial: dial, OnFrame: onFrame,
+		Kernel: id, Token: token, Grace: t.kernelGrace(), Dial: launch.Dial, OnFrame: onFrame,
 		Backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: int(launchTimeout / (100 * time.Millisecond))},
 	})
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
 		return kill(fmt.Errorf("attach to detached kernel %s: %w (kernel.log: %q)", id, err, tail(log, 2048)))
 	}
-	launchMu.Lock()
-	launching = false
-	launchMu.Unlock()
+	launch.Started()
 	h := client.Hello()
 	if h.PID != cmd.Process.Pid {
 		client.Close()
@@ -181,6 +164,7 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 		rec:    Record{ID: id, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader},
 		info:   transports.Info{Transport: Name, PID: h.PID, HostPIDs: true, ID: id},
 		jobs:   map[int]bool{},
+		exited: exited,
 	}
 	k.Streams = linked.New(client)
 	stdinGrace, termGrace := transports.ResolveGrace(t.opts.StdinGrace), transports.ResolveGrace(t.opts.TermGrace)
@@ -239,9 +223,10 @@ func (k *detached) observe(line []byte) {
 }
 
 // killAll ends the kernel and everything below it: the kernel is stopped (it starts
-// nothing more, reaps nothing), every descendant and the group each leads is SIGKILLed
-// until none is left (the kernel is their subreaper, so orphans are below it too), then
-// its jobs' groups and the kernel's own group.
+// nothing more), every descendant and the group each leads is SIGKILLed until none is
+// left (the kernel is their subreaper, so orphans are below it too), then its jobs'
+// groups; the kernel is let go on for up to a second to reap them and end, then its group
+// is SIGKILLed.
 func (k *detached) killAll(pid int) {
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	for range 100 {
@@ -256,6 +241,13 @@ func (k *detached) killAll(pid int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	k.killJobs()
+	// Let it go on to its own end (it has had its SIGTERM): it reaps what was killed
+	// below it, so no zombie of its is left to init. Then the hard stop.
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	select {
+	case <-k.exited:
+	case <-time.After(time.Second):
+	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 

@@ -116,7 +116,10 @@ def _detach(run):
         try:
             os.setsid()
         except OSError as exc:
-            _fail("cannot lead a session (is it a process group leader already?): %s" % exc)
+            # A process group leader cannot start a session: under a container's init the
+            # kernel leads its group already, which is what its end needs.
+            if os.getpgrp() != pid:
+                _fail("cannot lead a session or a process group: %s" % exc)
     from kennel import _sweep
 
     _sweep.become_subreaper()
@@ -162,6 +165,7 @@ def _detach(run):
             "bundle": _bundle_hash(),
         },
     )
+    _sweep.start_reaping()
     return boot
 
 

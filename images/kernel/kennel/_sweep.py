@@ -6,6 +6,11 @@ process a cell or job leaves behind (a double-forked daemon, a child in a new se
 is reparented to the kernel, and at its end it SIGKILLs every descendant, with the
 process group each leads, until none is left. A controller ending a wedged kernel does
 the same from outside (transports/local), stopping the kernel first.
+
+As a subreaper it also gets, during its life, the zombies of orphans nobody waits for:
+a thread reaps every zombie child the kernel did not start itself. What it started
+itself (through subprocess, os.fork, os.posix_spawn: recorded by wrapping them) is left
+to whoever waits for it, so a cell's Popen.wait() still gets its child's status.
 """
 
 import os
@@ -25,6 +30,91 @@ def become_subreaper():
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (ImportError, OSError, AttributeError):
         return False
+
+
+# Pids the kernel's own process started (subprocess, os.fork, os.posix_spawn*): never
+# reaped by the sweeper thread. Entries go once their process is gone.
+_own = set()
+
+
+def _record(pid):
+    if pid and pid > 0:
+        _own.add(pid)
+    return pid
+
+
+def _wrap_starts():
+    import subprocess
+
+    execute = subprocess.Popen._execute_child
+
+    def _execute_child(self, *args, **kwargs):
+        try:
+            return execute(self, *args, **kwargs)
+        finally:
+            _record(getattr(self, "pid", None))
+
+    subprocess.Popen._execute_child = _execute_child
+    fork = os.fork
+
+    def _fork():
+        return _record(fork())
+
+    os.fork = _fork
+    for name in ("posix_spawn", "posix_spawnp"):
+        spawn = getattr(os, name, None)
+        if spawn is not None:
+            def _spawn(*args, _spawn=spawn, **kwargs):
+                return _record(_spawn(*args, **kwargs))
+
+            setattr(os, name, _spawn)
+
+
+def _zombie_children(me):
+    """Pids of this process's children that are zombies."""
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) >= 2 and fields[0] == b"Z" and int(fields[1]) == me:
+            out.append(int(name))
+    return out
+
+
+def _reap_orphans(interval):
+    me = os.getpid()
+    while True:
+        time.sleep(interval)
+        try:
+            for pid in list(_own):
+                if not os.path.exists("/proc/%d" % pid):
+                    _own.discard(pid)
+            for pid in _zombie_children(me):
+                if pid not in _own:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except OSError:
+                        pass
+        except Exception:
+            pass  # the sweeper never stops on an error of one round
+
+
+def start_reaping(interval=0.25):
+    """Record what the kernel starts itself, and reap the zombies of orphans from now on."""
+    import threading
+
+    _wrap_starts()
+    threading.Thread(target=_reap_orphans, args=(interval,), name="kennel-orphans", daemon=True).start()
 
 
 def _parents():
