@@ -4,13 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kennel-dev/kennel/internal/testproc"
-	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
@@ -45,54 +43,6 @@ func startDetached(t *testing.T, tr *local.Transport) (linkKernel, *transporttes
 		t.Fatalf("a detached kernel is a %T, not a Detacher", k)
 	}
 	return lk, c
-}
-
-// TestACellSurvivesACutConnection: the connection is cut while a cell sleeps; the link
-// reattaches, and the cell's output and done arrive once.
-func TestACellSurvivesACutConnection(t *testing.T) {
-	k, c := startDetached(t, newDetached(t, 0))
-	id, err := c.Send("x = 1\nimport time; time.sleep(2)\nprint(x)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond)
-	linkOf(t, k).Drop()
-	var out strings.Builder
-	dones := 0
-	for dones == 0 {
-		f, err := c.Next()
-		if err != nil {
-			t.Fatalf("after the cut: %v", err)
-		}
-		switch f.Event() {
-		case "stream":
-			out.WriteString(f.Str("text"))
-		case "done":
-			if f.ID() == id {
-				dones++
-			}
-		}
-	}
-	if out.String() != "1\n" {
-		t.Fatalf("output %q across the cut, want it once", out.String())
-	}
-	if got, err := c.Run("print('after')"); err != nil || got != "after\n" {
-		t.Fatalf("a cell after the reattach: %q, %v", got, err)
-	}
-	if n := attaches(t, k); n < 2 {
-		t.Fatalf("%d attaches: the cut did not cut", n)
-	}
-}
-
-func attaches(t *testing.T, k transports.Kernel) int { return linkOf(t, k).Attaches() }
-
-func linkOf(t *testing.T, k transports.Kernel) *link.Client {
-	t.Helper()
-	l, ok := k.(interface{ Link() *link.Client })
-	if !ok {
-		t.Fatalf("%T has no link", k)
-	}
-	return l.Link()
 }
 
 // TestADetachedKernelOutlivesItsLinkThenItsGrace: Detach leaves the kernel running; with

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 )
 
@@ -38,6 +39,7 @@ var cases = []testCase{
 	{"StartFailures", testStartFailures},
 	{"EnvPrecedence", testEnvPrecedence},
 	{"SpecRefused", testSpecRefused},
+	{"CutAndReattach", testCutAndReattach},
 }
 
 func testHello(t *testing.T, s *suite) {
@@ -83,6 +85,51 @@ func testCellRoundTrip(t *testing.T, s *suite) {
 	done, _ = ss.execute(t, "1/0")
 	if done.Str("status") != "error" {
 		t.Errorf("a failing cell: %s", done.Raw)
+	}
+}
+
+// A detached kernel's connection is cut while a cell sleeps: its link reattaches, the
+// cell's output and done arrive once, and the namespace is intact. Only for transports
+// whose kernels are Detached (they expose their link.Client as Link).
+func testCutAndReattach(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	if !tr.Capabilities().Detached {
+		t.Skip("kernels not detached: no link to cut")
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	l, ok := ss.k.(interface{ Link() *link.Client })
+	if !ok {
+		t.Fatalf("a detached kernel (%T) has no Link", ss.k)
+	}
+	ss.value(t, "before = 41")
+	id, err := ss.c.Send("x = before + 1\nimport time; time.sleep(1.5)\nprint(x)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.Link().Drop()
+	out, dones := "", 0
+	for dones == 0 {
+		f, err := ss.c.Next()
+		if err != nil {
+			t.Fatalf("after the cut: %v", err)
+		}
+		switch {
+		case f.Event() == "stream":
+			out += f.Str("text")
+		case f.Event() == "done" && f.ID() == id:
+			dones++
+		}
+	}
+	if out != "42\n" {
+		t.Fatalf("output %q across the cut, want it once", out)
+	}
+	if got := ss.value(t, "x + before"); got != "83" {
+		t.Fatalf("the namespace after the reattach: x + before = %s, want 83", got)
+	}
+	if n := l.Link().Attaches(); n < 2 {
+		t.Fatalf("%d attaches: the cut did not cut", n)
 	}
 }
 
