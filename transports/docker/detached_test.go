@@ -1,14 +1,19 @@
 package docker_test
 
 import (
+	"context"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/transporttest"
+	"github.com/moby/moby/client"
 )
 
 func detachedOptions(t *testing.T) docker.Options {
@@ -24,4 +29,60 @@ func TestDetachedConformance(t *testing.T) {
 	}, transporttest.WithSpec(func(t *testing.T, s *transports.Spec) {
 		s.Dir = "/tmp"
 	}), transporttest.WithTimeout(30*time.Second))
+}
+
+// TestADetachedContainerEndsAfterItsGraceOrItsRunDirectory: let go, a detached kernel's
+// container ends after its 2 s grace with nothing attached; another, still attached, ends
+// within about a second of its run directory's removal on the host. Neither container is
+// left.
+func TestADetachedContainerEndsAfterItsGraceOrItsRunDirectory(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	o := detachedOptions(t)
+	o.KernelGrace = 2 * time.Second
+	tr := newTransport(t, cli, o)
+	start := func(name string) transports.Kernel {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		k, err := tr.Start(ctx, transports.Spec{SessionID: name, Dir: "/tmp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k.Kill(context.Background()) })
+		c := transporttest.NewClient(k)
+		if _, err := c.Hello(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Run("x = 1"); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	gone := func(k transports.Kernel, within time.Duration) time.Duration {
+		began := time.Now()
+		for {
+			_, err := cli.ContainerInspect(context.Background(), k.Info().ID, client.ContainerInspectOptions{})
+			if cerrdefs.IsNotFound(err) {
+				return time.Since(began)
+			}
+			if time.Since(began) > within {
+				t.Fatalf("container %.12s still there after %v", k.Info().ID, within)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	let := start("grace" + strconv.Itoa(os.Getpid()))
+	if err := let.(interface{ Detach() error }).Detach(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("let go: container gone %v after the detach (grace 2 s)", gone(let, 20*time.Second).Round(time.Millisecond))
+
+	kept := start("rundir" + strconv.Itoa(os.Getpid()))
+	entries, err := os.ReadDir(o.RunDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		_ = os.RemoveAll(filepath.Join(o.RunDir, e.Name()))
+	}
+	t.Logf("run directory removed: container gone %v after", gone(kept, 10*time.Second).Round(time.Millisecond))
 }
