@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +181,26 @@ func waitApplied(t *testing.T, k *linktest.Kernel, n int) {
 			t.Fatalf("the kernel applied %d frames, want %d", len(k.Applied()), n)
 		}
 	}
+}
+
+// TestADeepSocketPathIsDialedThroughItsDirectory: a kernel socket whose path is over
+// sun_path's 108 bytes is still reached (through /proc/self/fd of its directory).
+func TestADeepSocketPathIsDialedThroughItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	deep := filepath.Join(dir, strings.Repeat("d", 60), strings.Repeat("e", 60))
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel binds relative to its directory, as the stub does.
+	t.Chdir(deep)
+	linktest.Start(t, ".", "k1", token)
+	sock := filepath.Join(deep, "kernel.sock")
+	if len(sock) < 108 {
+		t.Fatalf("path %d bytes: not deep enough", len(sock))
+	}
+	c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(sock), Backoff: fastBackoff()})
+	if err != nil {
+		t.Fatalf("open %s (%d bytes): %v", sock, len(sock), err)
+	}
+	c.Close()
 }
