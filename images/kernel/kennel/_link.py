@@ -4,8 +4,9 @@ A detached kernel serves connections on ``<run>/kernel.sock`` instead of speakin
 over stdio. The kernel proper is unchanged: _boot gives it two pipes as its frame channel
 (frames_in, frames_out), and this module bridges them to the current connection:
 
-    kernel proper --frames_out--> pipe B --pump--> Outbox --writer--> socket
+    kernel proper --frames_out--> pipe B --pump--> Outbox --(pump or writer)--> socket
     socket --reader--> Inbox (dedupe) --> pipe A --frames_in--> kernel proper
+                       reader --ack--> socket
 
 Threads: one accepts connections; each new connection has a short-lived handshake thread
 (at most HANDSHAKES at once; an attach line must come whole within ATTACH_TIMEOUT) that,
@@ -14,6 +15,14 @@ it. The pump reads pipe B whatever the connections do, so a frame write of the k
 proper never waits on a socket: when the outbox is full it drops (see Outbox). A watch
 thread ends the kernel when its run directory disappears or when it has stayed
 unattached past its grace with no cell or job live.
+
+A round trip wakes no thread it need not: the reader writes an applied frame into pipe
+A and sends its ack itself, and the pump sends a frame itself; each writes only what the
+socket takes at once and while no other write is under way, and leaves the rest to the
+writer thread, the one that may wait on the socket (see _send_now). Each thread woken
+costs a wake-up and a GIL hand-off (tens of microseconds; a thread wanting the GIL
+while another runs Python waits up to the switch interval, 5 ms), so a cell's execute
+and done cross two threads more than over stdio (reader, pump) and no others.
 
 The newest accepted attach wins: it closes the connection before it. A refused attach
 changes nothing but is logged to kernel.log; so are protocol faults (a line after the
@@ -35,21 +44,13 @@ Decisions the protocol text leaves open, taken here:
 import collections
 import json
 import os
+import re
 import select
 import socket
 import threading
 import time
 
 from kennel import _frames
-
-_T = []
-_pc = time.perf_counter
-def _tr(tag):
-    _T.append((tag, _pc()))
-    if len(_T) >= 20000:
-        with open("/tmp/linktrace.txt", "a") as f:
-            f.write("".join("%s %.9f\n" % x for x in _T))
-        del _T[:]
 
 try:
     # hmac.compare_digest without importing hmac, which loads OpenSSL (about 4 MiB of
@@ -79,7 +80,10 @@ SOCKET_NAME = "kernel.sock"
 LOG_NAME = "kernel.log"
 # Frames one send of the writer carries at most (bytes; one larger frame goes alone).
 _BATCH = 1 << 20
-_READ = 1 << 18
+# One read of a socket or of pipe B, into a buffer kept for it: a buffer allocated per
+# read (and shrunk to what came) would make malloc trim its arena, an madvise and a TLB
+# shootdown on every frame.
+_READ = 1 << 16
 
 
 class Fault(ValueError):
@@ -297,12 +301,53 @@ def _seq_int(value):
     return type(value) is int and 0 <= value <= MAX_SEQ
 
 
+# The compact form the controller writes, read without walking the line in Python: the
+# frame (group 3) from the '{' after "frame": to the '}' before the envelope's own.
+_COMPACT = re.compile(
+    rb'\{"seq":([1-9][0-9]{0,15}),"ack":(0|[1-9][0-9]{0,15}),"frame":(\{.*\})\}\n?\Z', re.S
+)
+_COMPACT_ACK = re.compile(rb'\{"ack":(0|[1-9][0-9]{0,15})\}\n?\Z')
+_scan = _strict.scan_once
+
+
+def _decode_compact(line):
+    """decode's answer for a line in the compact form, or None for any other line (the
+    general reading then decides): the same answer, the frame checked as strictly."""
+    m = _COMPACT.match(line)
+    if m is None:
+        m = _COMPACT_ACK.match(line)
+        if m is not None and int(m[1]) <= MAX_SEQ:
+            return None, int(m[1]), None
+        return None
+    seq, ack, frame = int(m[1]), int(m[2]), m[3]
+    if seq > MAX_SEQ or ack > MAX_SEQ:
+        return None
+    try:
+        # One JSON value spanning the whole frame: the object its first '{' opens
+        # closes at its last '}'.
+        text = frame.decode("utf-8")
+        value, end = _scan(text, 0)
+    except (ValueError, RecursionError, StopIteration):
+        return None
+    if end != len(text) or type(value) is not dict:
+        return None
+    return seq, ack, frame
+
+
 def decode(line):
     """Read one envelope line (its newline optional) and return (seq, ack, frame): frame
     is the inner frame's bytes exactly as in the line (no newline); seq and frame are
     None for a bare ack. Raises Fault for anything else."""
     if len(line) > LINE_LIMIT:
         raise Fault("a line of %d bytes, over the %d-byte limit" % (len(line), LINE_LIMIT))
+    got = _decode_compact(line)
+    if got is not None:
+        return got
+    return _decode_any(line)
+
+
+def _decode_any(line):
+    """decode for any line, walking its members."""
     data = line[:-1] if line.endswith(b"\n") else line
     try:
         text = data.decode("utf-8")
@@ -445,11 +490,12 @@ def start_time(pid):
 
 class _Conn:
     """One accepted connection. Fields under the Link's lock, except sock (its reader
-    closes it, after its writer has ended)."""
+    closes it, after its writer has ended and with closed set, so no write under the
+    lock can meet a closed descriptor)."""
 
     __slots__ = (
         "sock", "epoch", "grace", "closed", "preamble", "sent", "written", "ack_sent",
-        "reack", "lock", "writer",
+        "reack", "lock", "writer", "busy", "tail", "tail_upto",
     )
 
     def __init__(self, sock, epoch, grace, ack):
@@ -460,10 +506,13 @@ class _Conn:
         self.preamble = None  # the hello, sent before any envelope
         self.sent = ack  # the outbox has been sent up to this seq
         self.written = ack  # ... and written to the socket up to this one
-        self.ack_sent = -1  # the highest inbound ack sent
+        self.ack_sent = -1  # the highest inbound ack sent (the hello's, once it is made)
         self.reack = False  # a replay came: acknowledge again
         self.lock = threading.Lock()  # orders shutdown against close
         self.writer = None
+        self.busy = False  # the writer thread is writing, outside the lock
+        self.tail = None  # collected bytes the socket did not take yet: the writer's
+        self.tail_upto = 0  # ... and the seq written once they are
 
     def shutdown(self):
         with self.lock:
@@ -480,6 +529,12 @@ class _Lines:
         self._sock = sock
         self._buf = bytearray()
         self._scan = 0
+        self._chunk = bytearray(_READ)  # each recv lands here
+        self._view = memoryview(self._chunk)
+
+    def ready(self):
+        """Whether a whole line is buffered (the next readline does not read)."""
+        return self._buf.find(b"\n") >= 0
 
     def readline(self, limit, deadline=None):
         """The next line, newline included; b"" at the end (a cut line is dropped).
@@ -503,11 +558,12 @@ class _Lines:
                 if left <= 0:
                     raise socket.timeout("timed out")
                 self._sock.settimeout(left)
-            data = self._sock.recv(_READ)
-            _tr("R_recv")
-            if not data:
+            n = self._sock.recv_into(self._view)
+            if not n:
                 return b""
-            buf += data
+            if not buf and n <= limit and self._chunk.find(b"\n", 0, n) == n - 1:
+                return bytes(self._view[:n])  # the common case: exactly one whole line
+            buf += self._view[:n]
 
 
 class _Log:
@@ -570,7 +626,8 @@ class Link:
         self.log = _Log(diag)
         self._kernel = None
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(self._lock)  # the writers wait on it
+        self._progress = threading.Condition(self._lock)  # conn.written moved; finish waits
         self.outbox = Outbox()
         self.inbox = Inbox()
         self._apply_lock = threading.Lock()
@@ -602,24 +659,28 @@ class Link:
         poller = select.poll()
         poller.register(self._outbound, select.POLLIN)
         poller.register(self._pump_wake_r, select.POLLIN)
+        outbound = self._outbound
+        chunk = memoryview(bytearray(_READ))
         buf = bytearray()
         eof = False
         while True:
-            poller.poll()
-            _drain(self._pump_wake_r)
+            for fd, _ in poller.poll():
+                if fd == self._pump_wake_r:
+                    _drain(fd)
             while not eof:
                 try:
-                    data = os.read(self._outbound, 1 << 20)
-                    _tr("P_read")
+                    n = os.readv(outbound, [chunk])
                 except (BlockingIOError, InterruptedError):
                     break
                 except OSError:
-                    data = b""
-                if not data:
+                    n = 0
+                if not n:
                     eof = True
-                    poller.unregister(self._outbound)
+                    poller.unregister(outbound)
                     break
-                self._take(buf, data)
+                self._take(buf, bytes(chunk[:n]))
+                if n < _READ:
+                    break  # the pipe is drained (a later frame wakes the poll again)
             if self._flush_asked.is_set():
                 self._flushed.set()
             if eof and not self._flush_asked.is_set():
@@ -630,14 +691,15 @@ class Link:
         if not buf and data.find(b"\n") == len(data) - 1:
             frames.append(data[:-1])  # the common case: one whole frame
         else:
+            scan = len(buf)  # what buf held has no newline: look at the new bytes only
             buf += data
             start = 0
             while True:
-                end = buf.find(b"\n", start)
+                end = buf.find(b"\n", scan)
                 if end < 0:
                     break
                 frames.append(bytes(buf[start:end]))
-                start = end + 1
+                start = scan = end + 1
             del buf[:start]
             if len(buf) > LINE_LIMIT:
                 buf.clear()  # the stub writes no such frame; never hold more
@@ -646,7 +708,70 @@ class Link:
             with self._cond:
                 for frame in frames:
                     self.outbox.push(frame)
-                self._cond.notify_all()
+                self._send_now()
+
+    # Writing a connection. What is due on it (the hello, outbox frames past conn.sent,
+    # an ack) goes out from whichever thread made it due, straight away, when the
+    # socket takes it without waiting and no other write is under way (_send_now); what
+    # it does not take is left to the connection's writer thread, which may wait on the
+    # socket. The pump thus never waits on a socket, and a frame that can go at once
+    # costs no hand-off between threads. Bytes reach the socket in the order they were
+    # collected: one writer at a time (conn.busy), the writer's tail first.
+
+    def _due(self, conn):
+        """Under the lock: whether conn has anything to send."""
+        return (
+            conn.preamble is not None
+            or self.outbox.last > conn.sent
+            or self.inbox.last > conn.ack_sent
+            or conn.reack
+        )
+
+    def _collect(self, conn):
+        """Under the lock: the bytes due on conn (hello, frames past conn.sent in order,
+        each carrying the inbound ack, or else a bare ack when one is owed) and the seq
+        they bring conn.written to once written; moves conn's cursors past them."""
+        ack = self.inbox.last
+        parts = []
+        if conn.preamble is not None:
+            parts.append(conn.preamble)  # it carried the ack conn.ack_sent holds
+            conn.preamble = None
+        frames, conn.sent = self.outbox.batch(conn.sent)
+        for seq, frame in frames:
+            parts.append(b'{"seq":%d,"ack":%d,"frame":' % (seq, ack))
+            parts.append(frame)
+            parts.append(b"}\n")
+        if not frames and (ack > conn.ack_sent or conn.reack):
+            parts.append(encode_ack(ack))
+        conn.ack_sent = ack
+        conn.reack = False
+        return b"".join(parts), conn.sent
+
+    def _send_now(self):
+        """Under the lock: write what is due on the attached connection now, without
+        waiting on its socket; leave what the socket does not take (or any write while
+        another is under way) to the connection's writer thread."""
+        conn = self._conn
+        if conn is None or conn.closed or not self._due(conn):
+            return
+        if conn.busy or conn.tail is not None:
+            self._cond.notify_all()  # the writer goes on when its write is done
+            return
+        data, upto = self._collect(conn)
+        try:
+            n = conn.sock.send(data, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError:
+            n = 0  # the writer's own write meets the failure and drops the connection
+        if n == len(data):
+            conn.written = upto
+            if self._flush_asked.is_set():
+                self._progress.notify_all()  # finish waits for it
+            return
+        conn.tail = memoryview(data)[n:]
+        conn.tail_upto = upto
+        self._cond.notify_all()
 
     def _write_loop(self, conn):
         sock = conn.sock
@@ -655,42 +780,26 @@ class Link:
                 while True:
                     if conn.closed:
                         return
-                    ack = self.inbox.last
-                    if (
-                        conn.preamble is not None
-                        or self.outbox.last > conn.sent
-                        or ack > conn.ack_sent
-                        or conn.reack
-                    ):
+                    if conn.tail is not None:
+                        data, upto = conn.tail, conn.tail_upto
+                        conn.tail = None
+                        break
+                    if self._due(conn):
+                        data, upto = self._collect(conn)
                         break
                     self._cond.wait()
-                _tr("W_wake")
-                parts = []
-                if conn.preamble is not None:
-                    parts.append(conn.preamble)
-                    conn.preamble = None
-                    conn.ack_sent = ack  # the hello carried it
-                frames, conn.sent = self.outbox.batch(conn.sent)
-                for seq, frame in frames:
-                    parts.append(b'{"seq":%d,"ack":%d,"frame":' % (seq, ack))
-                    parts.append(frame)
-                    parts.append(b"}\n")
-                if not frames and (ack > conn.ack_sent or conn.reack):
-                    parts.append(encode_ack(ack))
-                conn.ack_sent = ack
-                conn.reack = False
-                upto = conn.sent
-            if parts:
-                try:
-                    _tr("W_send%d" % len(frames))
-                    sock.sendall(b"".join(parts))
-                    _tr("W_sent")
-                except OSError as exc:
-                    self._drop(conn, "write failed: %s" % (exc,))
-                    return
+                conn.busy = True
+            try:
+                sock.sendall(data)
+            except OSError as exc:
+                with self._cond:
+                    conn.busy = False
+                self._drop(conn, "write failed: %s" % (exc,))
+                return
             with self._cond:
+                conn.busy = False
                 conn.written = upto
-                self._cond.notify_all()
+                self._progress.notify_all()
 
     # Controller frames in.
 
@@ -789,6 +898,7 @@ class Link:
                 self.epoch += 1
                 old = self._conn
                 conn = _Conn(sock, self.epoch, grace, ack)
+                conn.ack_sent = self.inbox.last  # the hello carries it
                 self._conn = conn
                 if old is not None:
                     old.closed = True
@@ -817,6 +927,7 @@ class Link:
                     target=self._write_loop, args=(conn,), name="kennel-link-writer", daemon=True
                 )
                 self._cond.notify_all()
+                self._progress.notify_all()
         if refuse:
             self._refuse(sock, "the kernel is ending")
             return None
@@ -852,6 +963,8 @@ class Link:
             if seq is None:
                 with self._cond:
                     self.outbox.ack(ack)
+                    if not lines.ready():
+                        self._send_now()  # an ack owed by an envelope before it
                 continue
             with self._apply_lock:
                 if conn.closed:
@@ -859,7 +972,6 @@ class Link:
                 if self.inbox.accept(seq):
                     try:
                         _write_all(self._inbound, frame + b"\n")
-                        _tr("R_pipeA")
                     except OSError as exc:
                         return "frame to the kernel lost: %s" % (exc,)
                     replay = False
@@ -869,7 +981,10 @@ class Link:
                 self.outbox.ack(ack)
                 if replay:
                     conn.reack = True
-                self._cond.notify_all()
+                # The kernel acknowledges at once: from this thread, with no hand-off,
+                # and once for all the lines already read.
+                if not lines.ready():
+                    self._send_now()
 
     def _drop(self, conn, why):
         with self._cond:
@@ -880,6 +995,7 @@ class Link:
                 self._detached_at = time.monotonic()
                 self._grace = conn.grace
             self._cond.notify_all()
+            self._progress.notify_all()
         if first and why:
             self.log("epoch %d closed: %s" % (conn.epoch, why))
         conn.shutdown()
@@ -940,7 +1056,7 @@ class Link:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    self._cond.wait(left)
+                    self._progress.wait(left)
         try:
             info = os.stat(SOCKET_NAME, dir_fd=self._run_fd, follow_symlinks=False)
             if (info.st_dev, info.st_ino) == self._sock_id:
