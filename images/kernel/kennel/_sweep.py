@@ -70,14 +70,35 @@ def _wrap_starts():
             setattr(os, name, _spawn)
 
 
+def _children(me):
+    """Pids of this process's children, from /proc/self/task/*/children (cheap), or None
+    where the kernel has no such file."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    kids = []
+    for tid in tasks:
+        try:
+            with open("/proc/self/task/%s/children" % tid, "rb") as f:
+                kids.extend(f.read().split())
+        except OSError:
+            return None
+    return kids
+
+
 def _zombie_children(me):
     """Pids of this process's children that are zombies."""
     out = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
+    names = _children(me)
+    if names is None:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return out
     for name in names:
+        if isinstance(name, bytes):
+            name = name.decode("ascii")
         if not name.isdigit():
             continue
         try:
