@@ -116,8 +116,12 @@ func TestDetachedUnreadConnectionDoesNotStallTheKernel(t *testing.T) {
 		return err == nil
 	})
 	c2, h := k.attach(0, 60)
-	if got := hnum(t, h, "dropped"); got < 2*20000-4096 {
-		t.Errorf("hello dropped = %d, want at least %d", got, 2*20000-4096)
+	// The cell's last frames may still wait in the pipe to the link when its marker
+	// appears (a loaded machine): the hello counts the drops so far, which are the oldest
+	// frames, so the resend starts right after them and runs on without a gap.
+	dropped := uint64(hnum(t, h, "dropped"))
+	if dropped == 0 {
+		t.Errorf("hello dropped = 0: 40,000 unread frames did not overflow a 4096-frame outbox")
 	}
 	var last uint64
 	var first uint64
@@ -126,8 +130,8 @@ func TestDetachedUnreadConnectionDoesNotStallTheKernel(t *testing.T) {
 		if e.Seq == 0 {
 			continue
 		}
-		if e.Seq <= last {
-			t.Fatalf("seq %d after %d", e.Seq, last)
+		if last != 0 && e.Seq != last+1 {
+			t.Fatalf("seq %d after %d: a gap or a repeat after the hello", e.Seq, last)
 		}
 		if first == 0 {
 			first = e.Seq
@@ -140,8 +144,10 @@ func TestDetachedUnreadConnectionDoesNotStallTheKernel(t *testing.T) {
 			break
 		}
 	}
-	if first <= 1 {
-		t.Errorf("first seq resent = %d, want the oldest dropped", first)
+	// Frames still reaching a full outbox while the resend starts may drop one or two more
+	// (the next hello counts those), never one of the dropped ones back.
+	if first <= dropped || first > dropped+64 {
+		t.Errorf("first seq resent = %d after %d drops, want just after them: the oldest frames go first", first, dropped)
 	}
 	t.Logf("resent seqs %d..%d after %d drops", first, last, hnum(t, h, "dropped"))
 }

@@ -185,12 +185,12 @@ func (d *dialer) dial(ctx context.Context, t Target) (*xssh.Client, error) {
 			return nil, fmt.Errorf("connect %s through %s: %w", t, jump, err)
 		}
 		if conn, err = jc.DialContext(ctx, "tcp", addr); err != nil {
-			return nil, fmt.Errorf("connect %s through %s: %w: %w", t, jump, err, ErrUnreachable)
+			return nil, fmt.Errorf("connect %s through %s: %w: %w", t, jump, dialCause(ctx, err), ErrUnreachable)
 		}
 	} else {
 		nd := net.Dialer{KeepAlive: 30 * time.Second}
 		if conn, err = nd.DialContext(ctx, "tcp", addr); err != nil {
-			return nil, fmt.Errorf("connect %s: %w: %w", t, err, ErrUnreachable)
+			return nil, fmt.Errorf("connect %s: %w: %w", t, dialCause(ctx, err), ErrUnreachable)
 		}
 	}
 	// The handshake ends with ctx: a deadline, and a close when ctx is cancelled.
@@ -210,6 +210,17 @@ func (d *dialer) dial(ctx context.Context, t Target) (*xssh.Client, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return xssh.NewClient(c, chans, reqs), nil
+}
+
+// dialCause is why a dial failed: ctx's cause when ctx ended it (the Hosts closed, a
+// deadline), which the dial's own "operation was canceled" does not say.
+func dialCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			return fmt.Errorf("%w (%v)", cause, err)
+		}
+	}
+	return err
 }
 
 // classifyHandshake names why a handshake failed: ErrNeedsAuth when a person could get
