@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -116,7 +117,8 @@ func TestPropTheRealStubAppliesEveryFrameOnceAcrossCuts(t *testing.T) {
 					}
 				}
 			case <-timeout:
-				rt.Fatalf("after 30 s: dones %v, output %v, attaches %d, err %v", dones, out, cl.Attaches(), cl.Err())
+				log, _ := os.ReadFile(filepath.Join(rec.RunDir, "kernel.log"))
+				rt.Fatalf("after 30 s: dones %v, output %v, host requests %v, attaches %d, err %v; kernel.log:\n%s", dones, out, requests, cl.Attaches(), cl.Err(), log)
 			}
 		}
 		for i := range cells {

@@ -787,7 +787,9 @@ class Link:
                     if self._due(conn):
                         data, upto = self._collect(conn)
                         break
-                    self._cond.wait()
+                    # Timed: a wake-up missed by a race costs at most this, never a
+                    # frame left waiting in the outbox with nothing more to come.
+                    self._cond.wait(0.2)
                 conn.busy = True
             try:
                 sock.sendall(data)
