@@ -61,7 +61,7 @@ type detached struct {
 	exited <-chan struct{} // closed once the kernel has been reaped
 
 	mu   sync.Mutex
-	jobs map[int]bool // job groups the kernel reported (pgid), verified
+	jobs map[string]jobGroup // live jobs by id: the group each leads, verified at job_start
 }
 
 var (
@@ -163,7 +163,7 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 		client: client,
 		rec:    Record{ID: id, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader},
 		info:   transports.Info{Transport: Name, PID: h.PID, HostPIDs: true, ID: id},
-		jobs:   map[int]bool{},
+		jobs:   map[string]jobGroup{},
 		exited: exited,
 	}
 	k.Streams = linked.New(client)
@@ -201,24 +201,42 @@ func (t *Transport) kernelGrace() time.Duration {
 	return DefaultKernelGrace
 }
 
-// observe follows job_start and job_end frames so the groups of a kernel's jobs can be
-// ended when the kernel itself is KILLed. A group is kept only once verified.
+// jobGroup is a job's process group as verified at its job_start: its leader's pid
+// (= pgid) and start time, so a group id freed and given to another process is never
+// signalled.
+type jobGroup struct {
+	pgid  int
+	start uint64
+}
+
+// observe follows job_start and job_end frames so the groups of a kernel's live jobs can
+// be ended when the kernel itself is KILLed. A group is kept only once verified, and
+// forgotten at its job's end.
 func (k *detached) observe(line []byte) {
 	var f struct {
 		Event string `json:"event"`
+		ID    string `json:"id"`
 		PID   int    `json:"pid"`
 		PGID  int    `json:"pgid"`
 	}
-	switch {
-	case bytes.HasPrefix(line, []byte(`{"event":"job_start"`)):
-		if json.Unmarshal(line, &f) == nil && verifyGroup(f.PID, f.PGID, k.info.PID) == nil {
-			k.mu.Lock()
-			k.jobs[f.PGID] = true
-			k.mu.Unlock()
-		}
-	case bytes.HasPrefix(line, []byte(`{"event":"job_end"`)):
-		// job_end names the job by id, not group: the group is forgotten at the kernel's
-		// end, when killJobs finds it empty.
+	start := bytes.HasPrefix(line, []byte(`{"event":"job_start"`))
+	if !start && !bytes.HasPrefix(line, []byte(`{"event":"job_end"`)) {
+		return
+	}
+	if json.Unmarshal(line, &f) != nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !start {
+		delete(k.jobs, f.ID)
+		return
+	}
+	if verifyGroup(f.PID, f.PGID, k.info.PID) != nil {
+		return
+	}
+	if st, err := procfs.Read(f.PID); err == nil {
+		k.jobs[f.ID] = jobGroup{pgid: f.PGID, start: st.Start}
 	}
 }
 
@@ -272,17 +290,29 @@ func descendants(root int) []int {
 	return found
 }
 
-// killJobs SIGKILLs every reported job group that still has a live member.
+// killJobs SIGKILLs the group of every live job the kernel reported, unless its id now
+// names another process's group (its leader's pid taken by a later process).
 func (k *detached) killJobs() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for g := range k.jobs {
-		if alive, _ := groupAlive(g); alive {
-			_ = syscall.Kill(-g, syscall.SIGKILL)
+	for id, g := range k.jobs {
+		if st, err := procfs.Read(g.pgid); err == nil && st.Start != g.start {
+			delete(k.jobs, id) // the id is another process's now: its job's group is gone
+			continue
+		}
+		if alive, _ := groupAlive(g.pgid); alive {
+			_ = syscall.Kill(-g.pgid, syscall.SIGKILL)
 		} else {
-			delete(k.jobs, g)
+			delete(k.jobs, id)
 		}
 	}
+}
+
+// liveJobs is how many job groups the kernel is known to lead (for tests).
+func (k *detached) liveJobs() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.jobs)
 }
 
 // Info reports the kernel's pid (the stub, leader of its own session and group) and its
