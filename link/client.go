@@ -11,6 +11,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Options configure a Client.
@@ -70,7 +72,7 @@ type Client struct {
 // returns the running link. ctx bounds only this first attach.
 func Open(ctx context.Context, opts Options) (*Client, error) {
 	if opts.Kernel == "" || opts.Token == "" || opts.Dial == nil {
-		return nil, fmt.Errorf("link: kernel, token and dialer are required: %w", ErrBadHello)
+		return nil, fmt.Errorf("link: kernel, token and dialer are required: %w", errdefs.ErrInvalidArgument)
 	}
 	if opts.AckDelay <= 0 {
 		opts.AckDelay = 100 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/link/linktest"
 	"pgregory.net/rapid"
@@ -203,4 +204,14 @@ func TestADeepSocketPathIsDialedThroughItsDirectory(t *testing.T) {
 		t.Fatalf("open %s (%d bytes): %v", sock, len(sock), err)
 	}
 	c.Close()
+}
+
+// TestOpenRefusesAnIncompleteLink: no kernel id, token or dialer is a caller's error
+// (invalid argument), not a kernel's bad hello, and dials nothing.
+func TestOpenRefusesAnIncompleteLink(t *testing.T) {
+	for _, o := range []link.Options{{Token: token, Dial: link.DialUnix("/nonexistent")}, {Kernel: "k1", Dial: link.DialUnix("/nonexistent")}, {Kernel: "k1", Token: token}} {
+		if _, err := link.Open(context.Background(), o); !errdefs.IsInvalidArgument(err) || errors.Is(err, link.ErrBadHello) {
+			t.Errorf("Open(%+v) = %v, want invalid argument", o, err)
+		}
+	}
 }
