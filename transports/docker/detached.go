@@ -93,26 +93,15 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	opts.Config.Labels[LabelDetached] = "1"
 	opts.HostConfig.AutoRemove = true
 	opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: runDir, Target: inside})
-	created, err := t.cli.ContainerCreate(ctx, opts)
+	id, att, err := t.launch(ctx, opts, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})
 	if err != nil {
-		return nil, fmt.Errorf("create container: %w", classify(err))
+		return nil, err
 	}
-	id := created.ID
 	defer func() {
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			_ = remove(rctx, t.cli, id)
+			t.removeSoon(ctx, id)
 		}
 	}()
-	att, err := t.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("attach container %.12s: %w", id, classify(err))
-	}
-	if _, err := t.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		att.Close()
-		return nil, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
-	}
 	// The token is the one line the kernel reads from its stdin; the stream then closes.
 	_, werr := io.WriteString(att.Conn, token+"\n")
 	_ = att.CloseWrite()

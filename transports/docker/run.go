@@ -92,27 +92,16 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 	if _, err := kernelimage.Check(ctx, t.cli, image, bc.bundle); err != nil {
 		return nil, err
 	}
-	created, err := t.cli.ContainerCreate(ctx, t.createOptions(image, bc.bundle, spec))
+	id, att, err := t.launch(ctx, t.createOptions(image, bc.bundle, spec), client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return nil, fmt.Errorf("create container: %w", classify(err))
+		return nil, err
 	}
-	id := created.ID
-	// Unwind: a start that fails leaves no container.
+	// Unwind: a start that fails after this leaves no container.
 	defer func() {
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			_ = remove(rctx, t.cli, id)
+			t.removeSoon(ctx, id)
 		}
 	}()
-	att, err := t.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("attach container %.12s: %w", id, classify(err))
-	}
-	if _, err := t.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		att.Close()
-		return nil, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
-	}
 	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr)
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
@@ -146,6 +135,34 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 		},
 	})
 	return k, nil
+}
+
+// launch creates a container from opts, attaches to it with aopts and starts it. On error
+// nothing is left: no container, no attached stream.
+func (t *Transport) launch(ctx context.Context, opts client.ContainerCreateOptions, aopts client.ContainerAttachOptions) (string, client.ContainerAttachResult, error) {
+	created, err := t.cli.ContainerCreate(ctx, opts)
+	if err != nil {
+		return "", client.ContainerAttachResult{}, fmt.Errorf("create container: %w", classify(err))
+	}
+	id := created.ID
+	att, err := t.cli.ContainerAttach(ctx, id, aopts)
+	if err != nil {
+		t.removeSoon(ctx, id)
+		return "", client.ContainerAttachResult{}, fmt.Errorf("attach container %.12s: %w", id, classify(err))
+	}
+	if _, err := t.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		att.Close()
+		t.removeSoon(ctx, id)
+		return "", client.ContainerAttachResult{}, fmt.Errorf("start container %.12s: %w: %w", id, transports.ErrUnavailable, err)
+	}
+	return id, att, nil
+}
+
+// removeSoon removes container id within 30 s, whatever became of ctx.
+func (t *Transport) removeSoon(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = remove(rctx, t.cli, id)
 }
 
 // reap waits for the container to stop and reads how it ended.
