@@ -35,6 +35,11 @@ type Options struct {
 	OnFrame func(frame []byte)
 	// Logger receives drops and reattaches (default: discard).
 	Logger *slog.Logger
+	// Applied is the highest kernel seq an earlier controller applied (from its record,
+	// transports.Record.Applied): the first attach acknowledges it, and frames up to it
+	// are never delivered again. Zero (nothing known) has the kernel resend every frame
+	// it holds unacknowledged.
+	Applied uint64
 }
 
 // Client is the controller's side of one detached kernel's link. The kernel's frames come
@@ -86,6 +91,7 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 	opts.Backoff = opts.Backoff.resolved()
 	c := &Client{opts: opts, out: NewOutbox(ControllerMaxFrames, ControllerMaxBytes), kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.in = Inbox{last: opts.Applied}
 	c.framesR, c.framesW = io.Pipe()
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	conn, err := c.connect(ctx, true)
@@ -102,6 +108,14 @@ func (c *Client) Hello() Hello {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.hello
+}
+
+// Applied is the highest kernel seq applied so far: what a record keeps so that a later
+// controller resumes after it (Options.Applied).
+func (c *Client) Applied() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.in.Last()
 }
 
 // Attaches counts the handshakes made (1 after Open).

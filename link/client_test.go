@@ -215,3 +215,41 @@ func TestOpenRefusesAnIncompleteLink(t *testing.T) {
 		}
 	}
 }
+
+// TestALaterControllerResumesAfterWhatTheEarlierApplied: a controller opened with the
+// Applied of an earlier one's record is never given a frame the earlier one applied,
+// even when the earlier one detached before acknowledging it; the next frame comes next.
+func TestALaterControllerResumesAfterWhatTheEarlierApplied(t *testing.T) {
+	k := linktest.Start(t, t.TempDir(), "k1", token)
+	defer k.Close()
+	for i := range 5 {
+		k.Push(frame("k", i, ""), "")
+	}
+	// A long ack delay: the first controller detaches with its frames unacknowledged.
+	first, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff(), AckDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(first.Frames())
+	for i := range 5 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != string(frame("k", i, ""))+"\n" {
+			t.Fatalf("first controller's frame %d: %q, %v", i, line, err)
+		}
+	}
+	applied := first.Applied()
+	if applied != 5 {
+		t.Fatalf("Applied after 5 frames: %d", applied)
+	}
+	first.Close()
+	k.Push(frame("k", 5, ""), "")
+	second, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff(), Applied: applied})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	line, err := bufio.NewReader(second.Frames()).ReadString('\n')
+	if err != nil || line != string(frame("k", 5, ""))+"\n" {
+		t.Fatalf("the second controller's first frame is %q (%v), want the sixth: frames the first applied came again", line, err)
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
@@ -75,7 +74,7 @@ func BenchmarkReattach(b *testing.B) {
 	if _, err := c.Run("import sys, time"); err != nil {
 		b.Fatal(err)
 	}
-	rec := k.(local.Detacher).Record()
+	rec := k.(transports.Detachable).Record()
 	first := k.(interface{ Link() *link.Client }).Link()
 	// The first link only starts the cell; each round's cell goes out on a fresh link.
 	send := func(cl *link.Client, id string) {
@@ -100,7 +99,7 @@ func BenchmarkReattach(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		var err error
-		cl, err = link.Open(context.Background(), link.Options{Kernel: rec.ID, Token: rec.Token, Grace: time.Hour, Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock"))})
+		cl, err = link.Open(context.Background(), link.Options{Kernel: rec.Kernel, Token: rec.Token, Grace: time.Hour, Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock"))})
 		if err != nil {
 			log, _ := os.ReadFile(filepath.Join(rec.RunDir, "kernel.log"))
 			b.Fatalf("round %d: %v; kernel.log:\n%s", i, err, log)

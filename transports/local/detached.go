@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/procfs"
 	"github.com/kennel-dev/kennel/link"
@@ -31,34 +34,19 @@ const DefaultKernelGrace = time.Hour
 // launchTimeout bounds a detached kernel's start: from exec to its socket answering.
 const launchTimeout = 30 * time.Second
 
-// Record is what a controller must keep to reach a detached kernel again: its id, run
-// directory and token, and the process the hello named (pid, pgid, leader start time).
-type Record struct {
-	ID     string
-	RunDir string
-	Token  string
-	PID    int
-	PGID   int
-	Leader uint64
-}
-
-// Detacher is a kernel that can be let go: Detach closes its link and leaves it running
-// (its grace begins); the Kernel is finished for this controller.
-type Detacher interface {
-	Detach() error
-	Record() Record
-}
-
 // detached is a local kernel started detached: its own session, reached over kernel.sock
-// in its run directory through a link.
+// in its run directory through a link. It is this process's child when this process
+// started it (child), and otherwise a kernel an earlier controller started (Reattach),
+// whose end a pidfd tells.
 type detached struct {
 	*linked.Streams
 	client *link.Client
-	rec    Record
+	rec    transports.Record
 	info   transports.Info
 	watch  *transports.Watch
+	child  bool
 
-	exited <-chan struct{} // closed once the kernel has been reaped
+	exited <-chan struct{} // closed once the kernel has ended (and, a child, been reaped)
 
 	mu   sync.Mutex
 	jobs map[string]jobGroup // live jobs by id: the group each leads, verified at job_start
@@ -66,7 +54,8 @@ type detached struct {
 
 var (
 	_ transports.HostGroups = (*detached)(nil)
-	_ Detacher              = (*detached)(nil)
+	_ transports.Detachable = (*detached)(nil)
+	_ transports.Reattacher = (*Transport)(nil)
 )
 
 // startDetached launches python running the stub in dir, detached, and attaches to it.
@@ -131,6 +120,45 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 		return kill(fmt.Errorf("hand the token to the detached kernel: %w", werr))
 	}
 	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
+	lctx, cancel := context.WithTimeout(ctx, launchTimeout)
+	defer cancel()
+	k, err := t.attach(lctx, attachment{
+		rec:  transports.Record{Transport: Name, Kernel: id, RunDir: runDir, Token: token, PID: cmd.Process.Pid},
+		dial: launch.Dial, child: true, exited: exited,
+		backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: int(launchTimeout / (100 * time.Millisecond))},
+		exit: func() (transports.Exit, error) {
+			var ee *exec.ExitError
+			if waitErr != nil && !errors.As(waitErr, &ee) {
+				return exit, waitErr
+			}
+			return exit, nil
+		},
+	})
+	if err != nil {
+		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
+		return kill(fmt.Errorf("%w (kernel.log: %q)", err, tail(log, 2048)))
+	}
+	launch.Started()
+	return k, nil
+}
+
+// attachment is how attach reaches a detached kernel and sees its end.
+type attachment struct {
+	// rec names the kernel (Kernel, RunDir, Token, Applied) and its process (PID, and
+	// for a reattach PGID and Leader, which the hello must repeat).
+	rec     transports.Record
+	dial    link.Dialer
+	backoff link.Backoff
+	// child: the kernel is this process's child, reaped by whoever closes exited.
+	child  bool
+	exited <-chan struct{}
+	// exit is how the kernel ended, once exited is closed.
+	exit func() (transports.Exit, error)
+}
+
+// attach opens the kernel's link and checks its hello against the record: the pid, and
+// for a reattach the group and the leader's start time.
+func (t *Transport) attach(ctx context.Context, a attachment) (*detached, error) {
 	var k *detached
 	var kMu sync.Mutex
 	onFrame := func(frame []byte) {
@@ -141,57 +169,134 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 			kk.observe(frame)
 		}
 	}
-	lctx, cancel := context.WithTimeout(ctx, launchTimeout)
-	defer cancel()
-	client, err := link.Open(lctx, link.Options{
-		Kernel: id, Token: token, Grace: t.kernelGrace(), Dial: launch.Dial, OnFrame: onFrame,
-		Backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: int(launchTimeout / (100 * time.Millisecond))},
+	id := a.rec.Kernel
+	client, err := link.Open(ctx, link.Options{
+		Kernel: id, Token: a.rec.Token, Grace: t.kernelGrace(), Dial: a.dial, OnFrame: onFrame,
+		Backoff: a.backoff, Applied: a.rec.Applied,
 	})
 	if err != nil {
-		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
-		return kill(fmt.Errorf("attach to detached kernel %s: %w (kernel.log: %q)", id, err, tail(log, 2048)))
+		return nil, fmt.Errorf("attach to detached kernel %s: %w", id, err)
 	}
-	launch.Started()
 	h := client.Hello()
-	if h.PID != cmd.Process.Pid {
+	if h.PID != a.rec.PID || (!a.child && (h.PGID != a.rec.PGID || h.Leader != a.rec.Leader)) {
 		client.Close()
-		return kill(fmt.Errorf("detached kernel %s: its hello names pid %d, it runs as %d: %w", id, h.PID, cmd.Process.Pid, link.ErrBadHello))
+		return nil, fmt.Errorf("detached kernel %s: its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
+			id, h.PID, h.PGID, h.Leader, a.rec.PID, a.rec.PGID, a.rec.Leader, link.ErrBadHello)
 	}
 	kMu.Lock()
 	defer kMu.Unlock()
+	rec := a.rec
+	rec.PGID, rec.Leader = h.PGID, h.Leader
 	k = &detached{
 		client: client,
-		rec:    Record{ID: id, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader},
+		rec:    rec,
 		info:   transports.Info{Transport: Name, PID: h.PID, HostPIDs: true, ID: id},
+		child:  a.child,
 		jobs:   map[string]jobGroup{},
-		exited: exited,
+		exited: a.exited,
+	}
+	for _, j := range h.Jobs { // the live jobs an earlier controller saw start
+		k.track(j.ID, j.PID, j.PGID)
 	}
 	k.Streams = linked.New(client)
 	stdinGrace, termGrace := transports.ResolveGrace(t.opts.StdinGrace), transports.ResolveGrace(t.opts.TermGrace)
-	pid := h.PID
+	pid, runDir := h.PID, rec.RunDir
 	k.watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("detached local kernel %d", pid),
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: stdinGrace},
-			// Live: the kernel is our child until reaped, so its group id is its own.
+			// Live: until its end is seen the kernel's pid is its own (a child's until
+			// reaped; another's pidfd holds it), and so is its group's id.
 			{Act: func() { _ = syscall.Kill(-pid, syscall.SIGTERM) }, Grace: termGrace, Live: true},
 			{Act: func() { k.killAll(pid) }, Live: true},
 		},
 		Reap: func(func() bool) (transports.Exit, error) {
-			<-exited
+			<-a.exited
 			// The kernel ended its jobs at its end; a job it could not (a KILLed
 			// kernel) is ended here, from the groups it reported.
 			k.killJobs()
 			client.Close()
 			_ = os.RemoveAll(runDir)
-			var ee *exec.ExitError
-			if waitErr != nil && !errors.As(waitErr, &ee) {
-				return exit, waitErr
-			}
-			return exit, nil
+			return a.exit()
 		},
 	})
 	return k, nil
+}
+
+// Reattach reaches a detached kernel again from its record, as a controller started
+// after the one that started it does: the record's process must still run (its pid with
+// the same start time), its socket answer and its hello repeat the record's pid, group
+// and start time. The kernel's end is seen through a pidfd (it is no child of this
+// process); its exit status is not known, so the Exit is zero unless Kill ended it.
+// A kernel that is gone (no process, a later process on its pid, no socket, a refused
+// attach) is an error matching errdefs.ErrNotFound, and its run directory and any job
+// group it left are cleared; RunDir must lie under Options.RunDir.
+func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || rec.PID <= 1 ||
+		t.opts.RunDir == "" || filepath.Dir(filepath.Clean(rec.RunDir)) != filepath.Clean(t.opts.RunDir) || filepath.Base(rec.RunDir) != rec.Kernel {
+		return nil, fmt.Errorf("reattach local kernel %q: record %+v is not one of this transport's (run directory under %q): %w", rec.Kernel, redacted(rec), t.opts.RunDir, errdefs.ErrInvalidArgument)
+	}
+	gone := func(why string) (transports.Kernel, error) {
+		_ = os.RemoveAll(rec.RunDir) // a kernel still there ends within a second
+		return nil, fmt.Errorf("reattach local kernel %s: %s: %w", rec.Kernel, why, link.ErrGone)
+	}
+	exited, err := watchExit(rec.PID, rec.Leader)
+	if err != nil {
+		return gone(err.Error())
+	}
+	k, err := t.attach(ctx, attachment{
+		rec: rec, dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")), exited: exited,
+		exit: func() (transports.Exit, error) { return transports.Exit{}, nil },
+	})
+	if errors.Is(err, link.ErrGone) || errors.Is(err, link.ErrBadHello) {
+		return gone(err.Error())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reattach local kernel %s: %w", rec.Kernel, err)
+	}
+	return k, nil
+}
+
+// redacted is rec without its token, for errors.
+func redacted(rec transports.Record) transports.Record {
+	if rec.Token != "" {
+		rec.Token = "(set)"
+	}
+	return rec
+}
+
+// watchExit returns a channel closed when process pid, started at start (clock ticks
+// since boot), has ended. It fails when no such process runs (none, or a later one on
+// the pid). The wait costs no thread: the process's pidfd sits in Go's poller.
+func watchExit(pid int, start uint64) (<-chan struct{}, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("process %d: %w", pid, err)
+	}
+	// Checked after the pidfd is open, so the pidfd is of the process checked.
+	if st, err := procfs.Read(pid); err != nil || st.Start != start || st.Zombie() {
+		unix.Close(fd)
+		return nil, fmt.Errorf("process %d is not the kernel's (started at %d): it ended", pid, start)
+	}
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd %d", pid))
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		defer f.Close()
+		// A pidfd turns readable when its process ends; Read waits in the poller until
+		// the function reports it is.
+		_ = rc.Read(func(fd uintptr) bool {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, 0)
+			return err != nil || n > 0
+		})
+	}()
+	return exited, nil
 }
 
 func (t *Transport) kernelGrace() time.Duration {
@@ -232,11 +337,23 @@ func (k *detached) observe(line []byte) {
 		delete(k.jobs, f.ID)
 		return
 	}
-	if verifyGroup(f.PID, f.PGID, k.info.PID) != nil {
+	k.trackLocked(f.ID, f.PID, f.PGID)
+}
+
+// track keeps job id's group once verified: pid leads group pgid and is the kernel's
+// child.
+func (k *detached) track(id string, pid, pgid int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.trackLocked(id, pid, pgid)
+}
+
+func (k *detached) trackLocked(id string, pid, pgid int) {
+	if verifyGroup(pid, pgid, k.info.PID) != nil {
 		return
 	}
-	if st, err := procfs.Read(f.PID); err == nil {
-		k.jobs[f.ID] = jobGroup{pgid: f.PGID, start: st.Start}
+	if st, err := procfs.Read(pid); err == nil {
+		k.jobs[id] = jobGroup{pgid: pgid, start: st.Start}
 	}
 }
 
@@ -329,8 +446,12 @@ func (k *detached) Wait() (transports.Exit, error) { return k.watch.Wait() }
 // Detach closes the link; the kernel runs on, alone, for its grace.
 func (k *detached) Detach() error { return k.client.Close() }
 
-// Record is what reattaching to the kernel takes.
-func (k *detached) Record() Record { return k.rec }
+// Record is what reattaching to the kernel takes, with the frames applied so far.
+func (k *detached) Record() transports.Record {
+	rec := k.rec
+	rec.Applied = k.client.Applied()
+	return rec
+}
 
 // Link is the kernel's link (for tests and reattach counts).
 func (k *detached) Link() *link.Client { return k.client }

@@ -16,7 +16,6 @@ import (
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/link/linktest"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/transporttest"
 )
 
@@ -32,7 +31,7 @@ func TestPropTheRealStubAppliesEveryFrameOnceAcrossCuts(t *testing.T) {
 	if _, err := c.Run("import kennel"); err != nil {
 		t.Fatal(err)
 	}
-	dk := k.(local.Detacher)
+	dk := k.(transports.Detachable)
 	rec := dk.Record()
 	if err := dk.Detach(); err != nil {
 		t.Fatal(err)
@@ -54,7 +53,7 @@ func TestPropTheRealStubAppliesEveryFrameOnceAcrossCuts(t *testing.T) {
 			return linktest.Cut{Read: rapid.IntRange(-1, 2000).Draw(t, "read"), Write: rapid.IntRange(-1, 800).Draw(t, "write")}
 		}), 0, 5).Draw(rt, "cuts")
 		cl, err := link.Open(context.Background(), link.Options{
-			Kernel: rec.ID, Token: rec.Token, Grace: time.Hour, AckDelay: 5 * time.Millisecond,
+			Kernel: rec.Kernel, Token: rec.Token, Grace: time.Hour, AckDelay: 5 * time.Millisecond,
 			Dial:    linktest.Cutting(link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")), cuts),
 			Backoff: link.Backoff{First: time.Millisecond, Max: 10 * time.Millisecond, Tries: 40},
 		})

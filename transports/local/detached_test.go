@@ -27,12 +27,23 @@ func newDetached(t testing.TB, grace time.Duration) *local.Transport {
 // suite every transport passes (cells, env, cwd, stdin EOF as shutdown, kill leaves
 // nothing).
 func TestDetachedConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) transports.Transport { return newDetached(t, 0) })
+	// One run directory per case: a case's later Transport (a restarted controller)
+	// reattaches to what its first one started.
+	runs := map[testing.TB]string{}
+	transporttest.Run(t, func(t *testing.T) transports.Transport {
+		if runs[t] == "" {
+			runs[t] = filepath.Join(t.TempDir(), "run")
+		}
+		return local.New(local.Options{
+			CacheDir: t.TempDir(), Python: needPython(t), RunDir: runs[t],
+			StdinGrace: 500 * time.Millisecond, TermGrace: 500 * time.Millisecond,
+		})
+	})
 }
 
 type linkKernel interface {
 	transports.Kernel
-	local.Detacher
+	transports.Detachable
 }
 
 func startDetached(t *testing.T, tr *local.Transport) (linkKernel, *transporttest.Client) {
@@ -108,7 +119,7 @@ func TestADetachedKernelsRunDirectoryIsPrivate(t *testing.T) {
 	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("kernel.sock: %v, %v", fi.Mode(), err)
 	}
-	if len(rec.Token) != 64 || rec.ID == "" || filepath.Base(rec.RunDir) != rec.ID {
+	if len(rec.Token) != 64 || rec.Kernel == "" || filepath.Base(rec.RunDir) != rec.Kernel {
 		t.Errorf("record %+v", rec)
 	}
 }

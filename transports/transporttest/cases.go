@@ -40,6 +40,7 @@ var cases = []testCase{
 	{"EnvPrecedence", testEnvPrecedence},
 	{"SpecRefused", testSpecRefused},
 	{"CutAndReattach", testCutAndReattach},
+	{"DetachAndReattach", testDetachAndReattach},
 }
 
 func testHello(t *testing.T, s *suite) {
@@ -130,6 +131,84 @@ func testCutAndReattach(t *testing.T, s *suite) {
 	}
 	if n := l.Link().Attaches(); n < 2 {
 		t.Fatalf("%d attaches: the cut did not cut", n)
+	}
+}
+
+// A detached kernel let go mid-cell is reached again from its Record by a fresh
+// Transport (what a restarted controller has): the late cell's output and done arrive
+// once, the namespace is intact; once it is killed, its record proves it gone
+// (errdefs.ErrNotFound). Only for transports whose kernels are Detached; those must be
+// Detachable and their Transport a Reattacher.
+func testDetachAndReattach(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	if !tr.Capabilities().Detached {
+		t.Skip("kernels not detached: nothing to reattach to")
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	dk, ok := ss.k.(transports.Detachable)
+	if !ok {
+		t.Fatalf("a detached kernel (%T) is not transports.Detachable", ss.k)
+	}
+	ss.value(t, "y = 6 * 7")
+	id, err := ss.c.Send("import time; time.sleep(1)\nprint('late', y)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := dk.Detach(); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	rec := dk.Record()
+	if rec.Transport != tr.Name() || rec.Kernel == "" || rec.Token == "" || rec.RunDir == "" {
+		t.Fatalf("record %+v: transport, kernel, token and run directory are required", rec)
+	}
+	again, ok := s.newTransport(t).(transports.Reattacher)
+	if !ok {
+		t.Fatalf("transport %q is Detached but not a transports.Reattacher", tr.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	k2, err := again.Reattach(ctx, rec)
+	if err != nil {
+		t.Fatalf("reattach from %+v: %v", rec, err)
+	}
+	c2 := NewClient(k2)
+	c2.Timeout = s.cfg.timeout
+	c2.seq = ss.c.seq // a kernel keeps its newest cells' ids: a new controller's are new
+	ss2 := &session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}
+	t.Cleanup(func() {
+		stop(t, k2, s.cfg.timeout)
+		_ = c2.End(s.cfg.timeout)
+	})
+	ss2.hello(t, s.bundle)
+	out, dones := "", 0
+	for dones == 0 {
+		f, err := c2.Next()
+		if err != nil {
+			t.Fatalf("after the reattach: %v", err)
+		}
+		switch {
+		case f.Event() == "stream":
+			out += f.Str("text")
+		case f.Event() == "done" && f.ID() == id:
+			dones++
+		}
+	}
+	if out != "late 42\n" {
+		t.Fatalf("the late cell's output %q after the reattach, want it once", out)
+	}
+	if got := ss2.value(t, "y + 1"); got != "43" {
+		t.Fatalf("the namespace after the reattach: y + 1 = %s, want 43", got)
+	}
+	stop(t, k2, s.cfg.timeout)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel2()
+	if k3, err := again.Reattach(ctx2, dk.Record()); !errdefs.IsNotFound(err) {
+		if k3 != nil {
+			stop(t, k3, s.cfg.timeout)
+		}
+		t.Fatalf("reattach to a killed kernel: %v, want errdefs.ErrNotFound", err)
 	}
 }
 
