@@ -93,6 +93,13 @@ type Kernel struct {
 	LiveJobCount *int `json:"live_job_count"`
 	// RunningJobs lists up to 100 live jobs by id.
 	RunningJobs []RunningJob `json:"running_jobs"`
+	// Origin is how the session's first kernel came to be: "fresh" (started for it) or
+	// "resumed" (the kernel an earlier daemon let go of, namespace and all, after a
+	// restart).
+	Origin *string `json:"origin"`
+	// Lost, when a restarted daemon could not resume the session's kernel (it was gone),
+	// says why: the session runs a fresh kernel, its namespace is lost.
+	Lost *string `json:"lost"`
 }
 
 // RunningJob is one live job of an observation.

@@ -73,6 +73,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 	table, err := jobs.NewTable(jobs.TableOptions{
 		Truncation: s.opts.Truncation,
 		Capture:    output.CaptureOptions{SpillDir: spill},
+		After:      jobs.ID(s.opts.IDBase),
 	})
 	if err != nil {
 		_ = os.RemoveAll(spill)

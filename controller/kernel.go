@@ -30,6 +30,9 @@ type kernelConn struct {
 	cancel context.CancelCauseFunc
 
 	stdin *stdinWriter // whole frames to the kernel, never blocking a caller's control path
+	// detached is set when the session let the kernel go (Session.Detach): its reader
+	// then neither kills nor waits for it.
+	detached atomic.Bool
 	// ready is set once the kernel's hello was checked (protocol and bundle): no frame but
 	// the hello (and log lines) is taken before, no host request is served before.
 	ready atomic.Bool
@@ -61,15 +64,21 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 	stderr := newHeadTail(8 << 10)
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
-	k, err := s.opts.Transport.Start(sctx, transports.Spec{
-		SessionID: s.id,
-		Dir:       s.opts.SandboxDir,
-		Env:       s.opts.Env,
-		Python:    s.opts.Python,
-		Stderr:    stderr,
-	})
+	k, err := s.reattach(sctx)
 	if err != nil {
-		return nil, fmt.Errorf("start kernel: %w", err)
+		return nil, err
+	}
+	if k == nil {
+		k, err = s.opts.Transport.Start(sctx, transports.Spec{
+			SessionID: s.id,
+			Dir:       s.opts.SandboxDir,
+			Env:       s.opts.Env,
+			Python:    s.opts.Python,
+			Stderr:    stderr,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start kernel: %w", err)
+		}
 	}
 	kctx, kcancel := context.WithCancelCause(context.Background())
 	kc := &kernelConn{
@@ -100,7 +109,36 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 		return nil, fmt.Errorf("start kernel: no hello within %v: %w%s", s.opts.StartTimeout, context.Cause(sctx), stderr.suffix())
 	}
 	s.log.Debug("kernel started", "transport", k.Info().Transport, "pid", kc.hello.PID, "python", kc.hello.Python)
+	if dk, ok := k.(transports.Detachable); ok && s.opts.OnKernel != nil {
+		s.opts.OnKernel(dk.Record())
+	}
 	return kc, nil
+}
+
+// reattach reaches the kernel of Options.Resume, once: a nil Kernel (and no error) when
+// there is none to reach, the record's kernel being gone (Origin.Lost says why). s.mu is
+// held.
+func (s *Session) reattach(ctx context.Context) (transports.Kernel, error) {
+	rec := s.resume
+	if rec == nil {
+		return nil, nil
+	}
+	s.resume = nil
+	r, ok := s.opts.Transport.(transports.Reattacher)
+	if !ok {
+		return nil, fmt.Errorf("resume kernel %s: transport %s cannot reattach: %w", rec.Kernel, s.opts.Transport.Name(), errdefs.ErrNotImplemented)
+	}
+	k, err := r.Reattach(ctx, *rec)
+	switch {
+	case errdefs.IsNotFound(err):
+		s.origin.Lost = err
+		s.log.Warn("the kernel to resume is gone; starting a fresh one", "kernel", rec.Kernel, "err", err)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("resume kernel %s: %w", rec.Kernel, err)
+	}
+	s.origin.Resumed = true
+	return k, nil
 }
 
 // checkHello decides on the kernel's hello: its protocol and bundle must be this
@@ -137,6 +175,11 @@ func (kc *kernelConn) read() {
 		OnDiagnostic: func(msg string) { kc.s.log.Warn("gate: " + msg) },
 	})
 	err := g.Run(kc.ctx, kc.k.Stdout())
+	if kc.detached.Load() {
+		kc.fail(ErrDetached)
+		kc.stdin.stop(kc.endErr())
+		return // let go: the kernel runs on, its end is another controller's to see
+	}
 	var fault *gate.ProtocolFault
 	switch {
 	case errors.As(err, &fault):

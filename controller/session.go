@@ -32,6 +32,9 @@ var (
 	ErrWorkingDirNotDir = errdefs.ErrInvalidArgument.WithMessage("working directory is not a directory")
 	// ErrStale: the kernel runs another stub bundle or protocol than this controller.
 	ErrStale = errdefs.ErrUnavailable.WithMessage("kernel is stale")
+	// ErrDetached: the session let its kernel go (Detach); the kernel runs on, and work in
+	// flight ends for this controller without its result.
+	ErrDetached = errdefs.ErrUnavailable.WithMessage("session detached from its kernel")
 )
 
 // HostHandler serves the host requests a kernel sends (fs.*, ...). Serve runs on its own
@@ -97,6 +100,34 @@ type Options struct {
 	// OnKernelEnd, when set, is told when a kernel generation ends and why (nil: a clean
 	// exit); it runs on the reader goroutine and must not block.
 	OnKernelEnd func(info transports.Info, cause error)
+
+	// ID is the session's id. Empty means a new random one; a session restored after a
+	// restart keeps its own.
+	ID string
+	// IDBase is the number cell and job ids follow: they count from IDBase+1. A kernel
+	// keeps its newest cells' ids (it answers a known id with that cell's end), so a
+	// session that reattaches to a kernel an earlier controller used must give ids past
+	// every one that controller gave: its IDBase is past them.
+	IDBase uint64
+	// Resume, when set, is the record of a detached kernel an earlier controller let go
+	// of: the first kernel is reached again through the Transport (which must be a
+	// transports.Reattacher) instead of started. A kernel proven gone (errdefs.ErrNotFound)
+	// is replaced by a fresh one, and Origin says the namespace was lost and why; any
+	// other failure to reattach fails Start (the kernel may still run).
+	Resume *transports.Record
+	// OnKernel, when set, is told the record of each kernel generation that can be
+	// reattached (a transports.Detachable kernel) once its hello was checked, before
+	// Start or the call that started it returns: what a store keeps. It must not block.
+	OnKernel func(rec transports.Record)
+}
+
+// Origin says how a session's first kernel came to be.
+type Origin struct {
+	// Resumed: the first kernel is the one Options.Resume recorded, namespace and all.
+	Resumed bool
+	// Lost, when Options.Resume was set but its kernel was gone, says why; the session
+	// runs a fresh kernel with a fresh namespace.
+	Lost error
 }
 
 // Session is one kernel session. Its methods are safe for concurrent use.
@@ -115,8 +146,10 @@ type Session struct {
 	mu       sync.Mutex
 	kc       *kernelConn // the current kernel, nil before start or after it ended
 	closed   bool
-	cause    error         // why the session was closed
-	closedCh chan struct{} // closed with closed
+	cause    error              // why the session was closed
+	closedCh chan struct{}      // closed with closed
+	resume   *transports.Record // the kernel the first start reattaches to, cleared once tried
+	origin   Origin
 }
 
 // Start validates opts, starts the first kernel and waits for its hello.
@@ -144,8 +177,14 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{id: newID(), opts: opts, closedCh: make(chan struct{})}
+	id := opts.ID
+	if id == "" {
+		id = newID()
+	}
+	s := &Session{id: id, opts: opts, closedCh: make(chan struct{})}
+	s.ids.Store(opts.IDBase)
 	s.log = log.With("session", s.id)
+	s.resume = opts.Resume
 	if err := s.initJobs(ctx); err != nil {
 		return nil, err
 	}
@@ -176,6 +215,67 @@ func CheckWorkingDir(dir string) error {
 
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
+
+// Origin says whether the first kernel was the one Options.Resume recorded, and when it
+// was not, why its namespace was lost.
+func (s *Session) Origin() Origin {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.origin
+}
+
+// Record is the current kernel's record when it can be reattached (ok false when no
+// kernel runs or its transport cannot detach).
+func (s *Session) Record() (rec transports.Record, ok bool) {
+	s.mu.Lock()
+	kc := s.kc
+	s.mu.Unlock()
+	if kc == nil || kc.ended() {
+		return transports.Record{}, false
+	}
+	dk, ok := kc.k.(transports.Detachable)
+	if !ok {
+		return transports.Record{}, false
+	}
+	return dk.Record(), true
+}
+
+// Detach ends the session for this controller without ending its kernel: a kernel that
+// can be let go (transports.Detachable) runs on alone for its grace, and Detach returns
+// its record, from which a later controller resumes it (Options.Resume). Work in flight
+// fails with ErrDetached; the session's spill directory is kept (a resumed session
+// reads it). ok is false when there was no such kernel: none ran, or its transport cannot
+// detach, in which case the session was closed as Close does.
+func (s *Session) Detach(ctx context.Context) (rec transports.Record, ok bool, err error) {
+	s.mu.Lock()
+	kc := s.kc
+	var dk transports.Detachable
+	if kc != nil && !kc.ended() {
+		dk, _ = kc.k.(transports.Detachable)
+	}
+	if dk == nil || s.closed {
+		s.mu.Unlock()
+		return transports.Record{}, false, s.end(ctx, ErrDetached)
+	}
+	s.closed = true
+	s.cause = ErrDetached
+	close(s.closedCh)
+	kc.detached.Store(true)
+	s.mu.Unlock()
+	kc.fail(fmt.Errorf("session %s: %w", s.id, ErrDetached))
+	err = dk.Detach()
+	ended := make(chan struct{})
+	go func() {
+		s.generations.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("detach session %s: kernels still ending: %w", s.id, context.Cause(ctx)))
+	}
+	return dk.Record(), true, err
+}
 
 // Done is closed once Close or Kill began ending the session.
 func (s *Session) Done() <-chan struct{} { return s.closedCh }

@@ -67,8 +67,17 @@ type running struct {
 }
 
 // serve starts a daemon with opts (Socket and StateDir default to fresh private paths)
-// and stops it at cleanup.
+// and stops it at cleanup. It ends its sessions' kernels when it stops (StopKernels), as a
+// test that leaves nothing behind needs; serveDetaching lets them run on.
 func serve(t testing.TB, opts daemon.Options) *running {
+	t.Helper()
+	opts.StopKernels = true
+	return serveDetaching(t, opts)
+}
+
+// serveDetaching is serve with opts as they are: a shutdown lets detached kernels run
+// on, and a daemon started on the same StateDir resumes them.
+func serveDetaching(t testing.TB, opts daemon.Options) *running {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kd")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/store"
 	"github.com/kennel-dev/kennel/transports"
 )
 
@@ -50,7 +51,16 @@ type Options struct {
 	// Timeouts bound how long a connection may hold the daemon without progress. Each
 	// zero field means its default.
 	Timeouts Timeouts
+	// StopKernels ends every session's kernel at shutdown (kennel serve --stop-kernels).
+	// Otherwise a shutdown lets each kernel that can outlive the daemon (a detached one)
+	// run on for its grace, and the next daemon on the same state directory resumes its
+	// session; sessions whose kernels cannot are ended.
+	StopKernels bool
 }
+
+// KernelRunDir is where a daemon on state directory dir keeps its detached kernels' run
+// directories (launch.Options.RunDir of the Kit it is given).
+func KernelRunDir(dir string) string { return filepath.Join(dir, "run") }
 
 // Timeouts bound how long a client may hold a connection without making progress. They
 // bound stalls, never a reply: a cell reply may wait its whole budget before its first
@@ -131,6 +141,7 @@ type Server struct {
 	hosts   *hostProbes  // the host probes' records; shutdown ends the probes in flight
 
 	ownKit bool // opts.Kit is the server's own, closed at shutdown
+	store  *store.Store
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -140,16 +151,19 @@ type Server struct {
 
 // New checks opts and the state directory (created 0700, and set to 0700 at each start)
 // and returns a Server that serves nothing yet.
-func New(opts Options) (*Server, error) {
+func New(opts Options) (_ *Server, err error) {
 	if opts.Socket == "" {
 		opts.Socket = DefaultSocket(os.Getenv)
 	}
 	if opts.StateDir == "" {
 		opts.StateDir = DefaultStateDir(os.Getenv)
 	}
+	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
+		return nil, fmt.Errorf("new daemon: state directory: %w", err)
+	}
 	ownKit := opts.Kit == nil
 	if ownKit {
-		opts.Kit = launch.New(launch.Options{})
+		opts.Kit = launch.New(launch.Options{RunDir: KernelRunDir(opts.StateDir)})
 	}
 	if opts.Assemble == nil {
 		opts.Assemble = opts.Kit.Assemble
@@ -185,7 +199,11 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new daemon: %w", err)
 	}
-	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry(), ownKit: ownKit}
+	st, err := store.Open(store.DefaultPath(opts.StateDir))
+	if err != nil {
+		return nil, fmt.Errorf("new daemon: %w", err)
+	}
+	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry(), ownKit: ownKit, store: st}
 	s.hosts = newHostProbes(func() *launch.Kit { return s.opts.Kit })
 	s.metrics = newMetrics(s.reg, log)
 	s.handler = bodyDeadline(newRouter(s.routes()), opts.Timeouts.Body)
@@ -235,6 +253,7 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	s.served, s.listener, s.http = true, l, hs
 	s.mu.Unlock()
 
+	s.restore(ctx)
 	s.sweep(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(stallListener{Listener: pl, stall: s.opts.Timeouts.WriteStall}) }()
@@ -287,11 +306,16 @@ func (s *Server) shutdown(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.endSession(ctx, e)
+			if s.opts.StopKernels || !s.detachSession(ctx, e) {
+				s.endSession(ctx, e)
+			}
 		}()
 	}
 	wg.Wait()
 	<-done
+	if err := s.store.Close(); err != nil {
+		s.log.Warn("closing the state store", "err", err)
+	}
 	if s.ownKit {
 		if err := s.opts.Kit.Close(); err != nil {
 			s.log.Warn("closing the session kit", "err", err)
@@ -313,7 +337,7 @@ const dockerSweepTimeout = 30 * time.Second
 // the background, the Docker containers of controllers of this host that are gone (with
 // no engine reachable this is a debug line, not a failure).
 func (s *Server) sweep(ctx context.Context) {
-	if n, err := controller.SweepOutput(s.opts.StateDir, nil); err != nil {
+	if n, err := controller.SweepOutput(s.opts.StateDir, func(id string) bool { _, ok := s.reg.get(id); return ok }); err != nil {
 		s.log.Warn("removing the spill files of sessions gone", "removed", n, "err", err)
 	} else if n > 0 {
 		s.log.Info("removed the spill files of sessions gone", "sessions", n)
@@ -355,7 +379,44 @@ func (s *Server) endSession(ctx context.Context, e *entry) {
 	if e.release != nil {
 		e.release()
 	}
+	if err := s.store.Delete(e.id); err != nil {
+		s.log.Warn("forgetting the session", "session", e.id, "err", err)
+	}
 	s.metrics.sessionEnded()
+}
+
+// detachSession lets e's kernel run on without the daemon and keeps its record, for the
+// next daemon to resume; false when the kernel cannot be let go (none runs, or its
+// transport cannot reattach), which the caller ends instead.
+func (s *Server) detachSession(ctx context.Context, e *entry) bool {
+	if _, ok := e.sess.Record(); !ok || !e.resumable {
+		return false
+	}
+	e.mu.Lock()
+	already := e.closed
+	e.closed = true
+	e.mu.Unlock()
+	if already {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	rec, ok, err := e.sess.Detach(cctx)
+	if err != nil {
+		s.log.Warn("session detach", "session", e.id, "err", err)
+	}
+	if ok {
+		if err := s.store.Update(e.id, func(st *store.Session) error { st.Kernel = &rec; return nil }); err != nil {
+			s.log.Warn("keeping the detached kernel's record", "session", e.id, "err", err)
+		}
+	} else if err := s.store.Delete(e.id); err != nil {
+		s.log.Warn("forgetting the session", "session", e.id, "err", err)
+	}
+	if e.release != nil {
+		e.release()
+	}
+	s.metrics.sessionEnded()
+	return true
 }
 
 // bodyDeadline bounds the reading of each request's body by h to d from the handler's

@@ -2,16 +2,24 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/store"
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // startTimeout bounds a session's start; the start runs apart from the request's context,
@@ -80,12 +88,36 @@ func (s *Server) startSession(ctx context.Context, req api.CreateSession, spec *
 			s.log.Warn("settings: " + w)
 		}
 	}
+	return s.open(ctx, req, spec, trunc, store.Session{ID: newSessionID(), Created: time.Now(), Parent: parent, Workspace: wsDir})
+}
+
+// newSessionID returns a random 12-hex-digit session id.
+func newSessionID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// open assembles and starts the session rec describes (a new one, or one restored from
+// the store, whose kernel rec.Kernel it resumes) and keeps its record in the store: the
+// session and, as each kernel starts, its kernel's record. Nothing is left when it fails.
+func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessionspec.Transport, trunc output.Truncation, rec store.Session) (*entry, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 	defer cancel()
 	parts, err := s.opts.Assemble(ctx, spec, req.Cwd)
 	if err != nil {
 		return nil, err
 	}
+	if rec.Request, err = json.Marshal(req); err != nil {
+		parts.Release()
+		return nil, err
+	}
+	if rec.Spec, err = json.Marshal(spec); err != nil {
+		parts.Release()
+		return nil, err
+	}
+	rec.Cwd = parts.Dir
+	k := &kernelRecords{st: s.store, id: rec.ID, log: s.log}
 	for _, w := range parts.Warnings {
 		s.log.Warn("session setup: " + w)
 	}
@@ -95,6 +127,10 @@ func (s *Server) startSession(ctx context.Context, req api.CreateSession, spec *
 		Truncation:     trunc,
 		StateDir:       s.opts.StateDir,
 		OnGateDecision: s.metrics.gateDecision,
+		ID:             rec.ID,
+		IDBase:         rec.Epoch * store.IDsPerEpoch,
+		Resume:         rec.Kernel,
+		OnKernel:       k.kernel,
 	})
 	if opts.Handler != nil {
 		opts.Handler = countingHandler{h: opts.Handler, m: s.metrics}
@@ -106,13 +142,56 @@ func (s *Server) startSession(ctx context.Context, req api.CreateSession, spec *
 	}
 	e := &entry{
 		id: sess.ID(), sess: sess, release: parts.Release, cwd: parts.Dir, transport: parts.Kind,
-		req: req, spec: spec, remote: parts.Remote, created: time.Now(), parent: parent, wsDir: wsDir,
+		req: req, spec: spec, remote: parts.Remote, created: rec.Created, parent: rec.Parent, wsDir: rec.Workspace,
+	}
+	_, e.resumable = parts.Transport.(transports.Reattacher)
+	rec.Kernel = nil
+	if err := k.store(rec); err != nil {
+		s.endSession(ctx, e)
+		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
 	}
 	if err := s.reg.add(e); err != nil {
 		s.endSession(ctx, e)
 		return nil, err
 	}
 	return e, nil
+}
+
+// kernelRecords keeps a session's kernel record in the store as each kernel starts. The
+// first kernel starts before the session is stored: its record waits for store.
+type kernelRecords struct {
+	st  *store.Store
+	id  string
+	log *slog.Logger
+
+	mu     sync.Mutex
+	stored bool
+	first  *transports.Record
+}
+
+// kernel is the controller's OnKernel.
+func (k *kernelRecords) kernel(rec transports.Record) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stored {
+		k.first = &rec
+		return
+	}
+	if err := k.st.Update(k.id, func(s *store.Session) error { s.Kernel = &rec; return nil }); err != nil {
+		k.log.Warn("keeping the kernel's record", "session", k.id, "err", err)
+	}
+}
+
+// store puts the session, with the first kernel's record.
+func (k *kernelRecords) store(rec store.Session) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rec.Kernel = k.first
+	if err := k.st.Put(rec); err != nil {
+		return err
+	}
+	k.stored = true
+	return nil
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -211,6 +290,14 @@ func (s *Server) describe(e *entry) api.Session {
 	if closed {
 		state = "closed"
 	}
+	origin := "fresh"
+	if o := e.sess.Origin(); o.Resumed {
+		origin = "resumed"
+	} else if o.Lost != nil {
+		lost := o.Lost.Error()
+		out.Kernel.Lost = &lost
+	}
+	out.Kernel.Origin = &origin
 	if hello, info, ok := e.sess.Kernel(); ok && !closed {
 		state = "running"
 		t := info.Transport
@@ -231,4 +318,58 @@ func (s *Server) describe(e *entry) api.Session {
 		})
 	}
 	return out
+}
+
+// restoreParallel bounds how many stored sessions a starting daemon restores at once.
+const restoreParallel = 8
+
+// restore serves again every session the store holds: each is assembled as it was and
+// its recorded kernel resumed (namespace and all), or, when that kernel is gone, given a
+// fresh one (its view says the namespace was lost and why). A session that cannot be
+// restored now because something is out of reach (errdefs.ErrUnavailable: an engine, a
+// host) stays in the store for the next start; one that cannot be restored at all is
+// forgotten, saying why.
+func (s *Server) restore(ctx context.Context) {
+	recs, err := s.store.Sessions()
+	if err != nil {
+		s.log.Error("reading the stored sessions", "err", err)
+		return
+	}
+	sem := make(chan struct{}, restoreParallel)
+	var wg sync.WaitGroup
+	for _, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var req api.CreateSession
+			var spec *sessionspec.Transport
+			err := json.Unmarshal(rec.Request, &req)
+			if err == nil {
+				err = json.Unmarshal(rec.Spec, &spec)
+			}
+			var trunc output.Truncation
+			if err == nil {
+				trunc, err = truncation(req.Limits)
+			}
+			if err == nil {
+				rec.Epoch++
+				var e *entry
+				if e, err = s.open(ctx, req, spec, trunc, rec); err == nil {
+					o := e.sess.Origin()
+					s.log.Info("session restored", "session", rec.ID, "resumed", o.Resumed, "lost", o.Lost)
+					return
+				}
+			}
+			if errdefs.IsUnavailable(err) {
+				s.log.Warn("session not restored now; kept for the next start", "session", rec.ID, "err", err)
+				return
+			}
+			s.log.Warn("session cannot be restored; forgotten", "session", rec.ID, "err", err)
+			if derr := s.store.Delete(rec.ID); derr != nil {
+				s.log.Warn("forgetting the session", "session", rec.ID, "err", derr)
+			}
+		}()
+	}
+	wg.Wait()
 }

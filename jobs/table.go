@@ -26,6 +26,9 @@ type TableOptions struct {
 	Truncation output.Truncation
 	// Capture configures each job's Capture (its spill directory and sizes).
 	Capture output.CaptureOptions
+	// After is the id the first job's follows: ids number from After+1 (a session
+	// restored after a restart continues past every id its earlier table gave).
+	After ID
 	// Retain is how many ended jobs stay readable (0: DefaultRetain). Live jobs are never
 	// dropped; the oldest ended jobs beyond Retain are, when a job starts. Their spill
 	// files stay on disk until output.Prune.
@@ -74,7 +77,7 @@ func NewTable(opts TableOptions) (*Table, error) {
 	if opts.Retain <= 0 {
 		opts.Retain = DefaultRetain
 	}
-	t := &Table{opts: opts, clock: opts.Clock, captures: captures}
+	t := &Table{opts: opts, clock: opts.Clock, captures: captures, next: opts.After}
 	if t.clock == nil {
 		t.clock = realClock{}
 	}

@@ -39,6 +39,12 @@ type Options struct {
 	Hosts ssh.HostsOptions
 	// Engine says which Docker Engine to use; the zero value is the one DOCKER_HOST names.
 	Engine docker.ConnectOptions
+	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"): they
+	// outlive the controller and are reached again from their records. Local and Docker
+	// run-mode kernels get their run directories under it (Local.RunDir, Docker.RunDir,
+	// unless those are set); ssh kernels run detached on their hosts (SSH.Detached). The
+	// daemon sets it; `kennel run` leaves it empty (its kernel ends with the command).
+	RunDir string
 }
 
 // Kit assembles sessions from descriptions. It keeps what its sessions share: one local
@@ -60,6 +66,15 @@ type Kit struct {
 func New(opts Options) *Kit {
 	if opts.LookupEnv == nil {
 		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.RunDir != "" {
+		if opts.Local.RunDir == "" {
+			opts.Local.RunDir = opts.RunDir
+		}
+		if opts.Docker.RunDir == "" {
+			opts.Docker.RunDir = opts.RunDir
+		}
+		opts.SSH.Detached = true
 	}
 	return &Kit{opts: opts}
 }
@@ -245,6 +260,8 @@ func (k *Kit) dockerOptions(d *sessionspec.Docker, mounts []pathmap.Mount) (dock
 	}
 	if d.Container == "" {
 		o.Mounts = mounts
+	} else {
+		o.RunDir = "" // a host directory: an exec-mode kernel's run directory is in its container
 	}
 	return o, nil
 }

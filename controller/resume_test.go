@@ -1,0 +1,79 @@
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/local"
+)
+
+// TestADetachedSessionIsResumedWithItsNamespace: a session let go of (Detach) leaves its
+// kernel running; a later controller, with the session's id, an IDBase past the earlier
+// ids and the record, resumes it: same namespace, the cell in flight at the detach failed
+// with ErrDetached for the first controller. A record whose kernel was killed gives a
+// fresh kernel and says the namespace was lost.
+func TestADetachedSessionIsResumedWithItsNamespace(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	transport := func() *local.Transport { return local.New(local.Options{RunDir: run}) }
+	var kept []transports.Record
+	dir := t.TempDir()
+	first := startSession(t, controller.Options{Transport: transport(), Dir: dir, ID: "resumed1",
+		OnKernel: func(rec transports.Record) { kept = append(kept, rec) }})
+	if len(kept) != 1 || kept[0].Kernel == "" {
+		t.Fatalf("OnKernel told %v, want the first kernel's record", kept)
+	}
+	execute(t, first, "x = 5")
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := first.Execute(context.Background(), "import time; time.sleep(2)", &captureSink{})
+		inflight <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rec, ok, err := first.Detach(ctx)
+	if err != nil || !ok {
+		t.Fatalf("detach: ok %v, %v", ok, err)
+	}
+	if err := <-inflight; !errors.Is(err, controller.ErrDetached) {
+		t.Fatalf("the cell in flight at the detach: %v, want ErrDetached", err)
+	}
+
+	second := startSession(t, controller.Options{Transport: transport(), Dir: dir, ID: "resumed1", IDBase: 1 << 20, Resume: &rec})
+	if o := second.Origin(); !o.Resumed || o.Lost != nil {
+		t.Fatalf("origin %+v, want resumed", o)
+	}
+	if second.ID() != "resumed1" {
+		t.Fatalf("resumed session's id %q", second.ID())
+	}
+	// The cell the first controller left runs on; the next one waits for it.
+	res, _ := execute(t, second, "x + 1")
+	if res.Status != "ok" || res.Result == nil || *res.Result != "6" {
+		t.Fatalf("x + 1 in the resumed kernel: %+v (%+v)", res, res.Error)
+	}
+	hello, _, _ := second.Kernel()
+	rec2, ok := second.Record()
+	if !ok || rec2.PID != rec.PID || hello.PID != rec.PID {
+		t.Fatalf("the resumed kernel is pid %d (record %d), the detached one was %d", hello.PID, rec2.PID, rec.PID)
+	}
+	if err := second.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	third := startSession(t, controller.Options{Transport: transport(), Dir: dir, ID: "resumed1", IDBase: 2 << 20, Resume: &rec2})
+	o := third.Origin()
+	if o.Resumed || !errdefs.IsNotFound(o.Lost) {
+		t.Fatalf("origin of a killed kernel's record: %+v, want lost (not found)", o)
+	}
+	res, _ = execute(t, third, "'x' in dir()")
+	if res.Result == nil || *res.Result != "False" {
+		t.Fatalf("a fresh kernel after a lost one still has x: %+v", res)
+	}
+}

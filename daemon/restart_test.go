@@ -1,0 +1,101 @@
+package daemon_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/testproc"
+)
+
+// TestARestartedDaemonResumesItsSessions: a daemon stopped gracefully lets its kernels
+// run on; the next daemon on the same state directory serves every session again with
+// its id, its kernel (the same process) and its namespace. A kernel that ended while no
+// daemon ran is replaced by a fresh one, and the session says its namespace was lost; a
+// deleted session stays deleted; --stop-kernels ends every kernel.
+func TestARestartedDaemonResumesItsSessions(t *testing.T) {
+	state := filepath.Join(shortDir(t), "state")
+	ctx := context.Background()
+	start := func(stop bool) *running {
+		return serveDetaching(t, daemon.Options{StateDir: state, StopKernels: stop})
+	}
+	r := start(false)
+	var ids []string
+	var pids []int
+	for i := range 3 {
+		s := r.newSession(t)
+		if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = " + string(rune('1'+i))}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.c.Session(ctx, s.ID)
+		if err != nil || got.Kernel.PID == nil {
+			t.Fatalf("session %s: %+v, %v", s.ID, got, err)
+		}
+		ids, pids = append(ids, s.ID), append(pids, *got.Kernel.PID)
+	}
+	r.stop()
+	for _, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("kernel %d ended with the daemon's graceful stop", pid)
+		}
+	}
+
+	r = start(false)
+	for i, id := range ids {
+		got, err := r.c.Session(ctx, id)
+		if err != nil {
+			t.Fatalf("session %s after the restart: %v", id, err)
+		}
+		if got.Kernel.Origin == nil || *got.Kernel.Origin != "resumed" || got.Kernel.PID == nil || *got.Kernel.PID != pids[i] {
+			t.Fatalf("session %s after the restart: kernel %+v, want pid %d resumed", id, got.Kernel, pids[i])
+		}
+		res, err := r.c.RunCell(ctx, id, api.RunCell{Code: "x"})
+		if err != nil || res.Cell == nil || res.Cell.Result == nil || *res.Cell.Result != string(rune('1'+i)) {
+			t.Fatalf("x in resumed session %s: %+v, %v", id, res, err)
+		}
+	}
+	if err := r.c.DeleteSession(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+	if err := testproc.Kill(pids[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(pids[1]) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	r = start(true)
+	list, err := r.c.Sessions(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("sessions after the second restart: %+v, %v; want the two not deleted", list, err)
+	}
+	got, err := r.c.Session(ctx, ids[1])
+	if err != nil || got.Kernel.Lost == nil || got.Kernel.Origin == nil || *got.Kernel.Origin != "fresh" {
+		t.Fatalf("the session whose kernel was killed: %+v, %v; want a fresh kernel and why the old was lost", got, err)
+	}
+	t.Logf("lost: %s", *got.Kernel.Lost)
+	res, err := r.c.RunCell(ctx, ids[1], api.RunCell{Code: "'x' in dir()"})
+	if err != nil || res.Cell == nil || res.Cell.Result == nil || *res.Cell.Result != "False" {
+		t.Fatalf("a fresh kernel's namespace: %+v, %v", res, err)
+	}
+	got, _ = r.c.Session(ctx, ids[1])
+	fresh := *got.Kernel.PID
+	r.stop()
+	for _, pid := range []int{pids[0], fresh} {
+		for deadline := time.Now().Add(10 * time.Second); alive(pid) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if alive(pid) {
+			t.Errorf("kernel %d outlived a --stop-kernels shutdown", pid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "state.db")); err != nil {
+		t.Fatal(err)
+	}
+}

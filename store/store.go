@@ -1,0 +1,282 @@
+// Package store is the daemon's durable state: its sessions and the records of their
+// detached kernels, kept in one crash-safe file so that a restarted `kennel serve` (after
+// an upgrade, a crash or a SIGKILL) finds every session and reattaches its kernel.
+//
+// The file is a bbolt database (go.etcd.io/bbolt, what containerd and etcd keep their
+// metadata in): every Put is one transaction, fsynced before it returns, so a record is
+// either wholly there after a crash or not at all. The file is 0600 in a 0700 directory
+// and is locked while open (a second daemon on the same state directory is refused). A
+// file that cannot be read (torn, corrupt, or written by another version of this
+// package) is never overwritten: Open returns an error naming the file and what to do.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/containerd/errdefs"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Version is the layout this package writes and reads.
+const Version = 1
+
+// Errors a caller decides on with errors.Is.
+var (
+	// ErrUnreadable: the file is not a store this version can read (corrupt, torn, another
+	// version's). The daemon must not start on it; the error names the file.
+	ErrUnreadable = errdefs.ErrDataLoss.WithMessage("state store unreadable")
+	// ErrLocked: another process holds the store open.
+	ErrLocked = errdefs.ErrConflict.WithMessage("state store in use by another process")
+	// ErrNoSession: no session of that id is stored.
+	ErrNoSession = errdefs.ErrNotFound.WithMessage("no such session in the store")
+)
+
+var (
+	bucketMeta     = []byte("meta")
+	bucketSessions = []byte("sessions")
+	keyVersion     = []byte("version")
+)
+
+// Session is one stored session: what the daemon needs to serve it again.
+type Session struct {
+	// ID is the session's id.
+	ID string `json:"id"`
+	// Created is when the session was created.
+	Created time.Time `json:"created"`
+	// Request is the API request that created it (its transport, cwd, limits), as JSON.
+	Request json.RawMessage `json:"request"`
+	// Spec is the transport that was assembled for it (the request's or the default), as
+	// JSON; null for a local kernel.
+	Spec json.RawMessage `json:"spec"`
+	// Cwd is the working directory the request resolved to.
+	Cwd string `json:"cwd"`
+	// Parent and Workspace are a child session's parent and workspace directory.
+	Parent    string `json:"parent,omitempty"`
+	Workspace string `json:"workspace,omitempty"`
+	// Epoch counts the daemon starts that served the session: 0 for the one that created
+	// it. The daemon numbers cell and job ids from Epoch*IDsPerEpoch, so ids stay unique
+	// across restarts (a kernel keeps its newest cells' ids).
+	Epoch uint64 `json:"epoch"`
+	// Kernel is the record of its current detached kernel, or nil.
+	Kernel *transports.Record `json:"kernel,omitempty"`
+}
+
+// IDsPerEpoch is how many cell and job ids one daemon lifetime gives a session before
+// its ids would reach the next epoch's.
+const IDsPerEpoch = 1_000_000
+
+// Store is an open state store. Its methods are safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens (or creates) the store at path, whose directory must exist. A new file is
+// made 0600; an existing one must be a store of this Version. It waits at most a second
+// for another process's lock (then ErrLocked).
+func Open(path string) (*Store, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("state store %s: %w: not a regular file; move it away", path, ErrUnreadable)
+	case err == nil && fi.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("state store %s: mode %v lets others read it: %w; chmod 600 it", path, fi.Mode().Perm(), errdefs.ErrPermissionDenied)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("state store %s: %w", path, err)
+	}
+	fresh := errors.Is(err, os.ErrNotExist)
+	if !fresh {
+		// Read-only first: a file that is not wholly a store of this version is refused
+		// before anything could write to it.
+		db, err := openDB(path, true)
+		if err != nil {
+			return nil, err
+		}
+		err = (&Store{db: db, path: path}).check()
+		db.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	db, err := openDB(path, false)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, path: path}
+	if err := s.init(fresh); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openDB opens the file, turning what bbolt reports into the package's errors. bbolt
+// panics on some corrupt pages; a panic while opening is such a file.
+func openDB(path string, readOnly bool) (db *bolt.DB, err error) {
+	// A torn file's pages past its end fault (SIGBUS) when read through the map: as a
+	// panic on this goroutine, not the end of the process.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("state store %s: %w (%v); it is kept as it is: move it away to start with no sessions, or restore a backup", path, ErrUnreadable, r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: readOnly})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("state store %s: %w: is another kennel serve running on this state directory?", path, ErrLocked)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, fmt.Errorf("state store %s: %w (%v); it is kept as it is: move it away to start with no sessions, or restore a backup", path, ErrUnreadable, err)
+	}
+	return nil, fmt.Errorf("state store %s: %w (%v); it is kept as it is: move it away to start with no sessions, or restore a backup", path, ErrUnreadable, err)
+}
+
+// unreadable is the error of a file that is not wholly a readable store.
+func (s *Store) unreadable(why string) error {
+	return fmt.Errorf("state store %s: %w: %s; it is kept as it is: move it away to start with no sessions, or restore a backup", s.path, ErrUnreadable, why)
+}
+
+// check reads the whole store on this goroutine: the layout version and every session
+// record, so every page they are on; a page past a torn file's end faults into a panic
+// that is the file's refusal.
+func (s *Store) check() (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.unreadable(fmt.Sprint(r))
+		}
+	}()
+	return s.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return s.unreadable("no layout version")
+		}
+		if v := string(meta.Get(keyVersion)); v != fmt.Sprint(Version) {
+			return fmt.Errorf("state store %s: %w: layout version %q, this kennel reads %d; run the kennel that wrote it, or move the file away", s.path, ErrUnreadable, v, Version)
+		}
+		sessions := tx.Bucket(bucketSessions)
+		if sessions == nil {
+			return s.unreadable("no sessions bucket")
+		}
+		return sessions.ForEach(func(k, v []byte) error {
+			var sess Session
+			if err := json.Unmarshal(v, &sess); err != nil || sess.ID != string(k) {
+				return s.unreadable(fmt.Sprintf("session %q: %v", k, err))
+			}
+			return nil
+		})
+	})
+}
+
+// init checks the layout version, writing it into a fresh file.
+func (s *Store) init(fresh bool) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			if !fresh && tx.Bucket(bucketSessions) != nil {
+				return fmt.Errorf("state store %s: %w: it has sessions but no version", s.path, ErrUnreadable)
+			}
+			var err error
+			if meta, err = tx.CreateBucket(bucketMeta); err != nil {
+				return err
+			}
+			if err := meta.Put(keyVersion, []byte(fmt.Sprint(Version))); err != nil {
+				return err
+			}
+		}
+		if v := string(meta.Get(keyVersion)); v != fmt.Sprint(Version) {
+			return fmt.Errorf("state store %s: %w: layout version %q, this kennel reads %d; run the kennel that wrote it, or move the file away", s.path, ErrUnreadable, v, Version)
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketSessions)
+		return err
+	})
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file (and releases its lock).
+func (s *Store) Close() error { return s.db.Close() }
+
+// Put stores sess whole, replacing what its id held.
+func (s *Store) Put(sess Session) error {
+	if sess.ID == "" {
+		return fmt.Errorf("store session: %w: no id", errdefs.ErrInvalidArgument)
+	}
+	b, err := json.Marshal(sess)
+	if err != nil {
+		return fmt.Errorf("store session %s: %w", sess.ID, err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSessions).Put([]byte(sess.ID), b) }); err != nil {
+		return fmt.Errorf("store session %s in %s: %w", sess.ID, s.path, err)
+	}
+	return nil
+}
+
+// Update changes the stored session id through f, in one transaction. A session not
+// stored is ErrNoSession; an error of f changes nothing.
+func (s *Store) Update(id string, f func(*Session) error) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketSessions)
+		raw := bk.Get([]byte(id))
+		if raw == nil {
+			return fmt.Errorf("session %s: %w", id, ErrNoSession)
+		}
+		var sess Session
+		if err := json.Unmarshal(raw, &sess); err != nil {
+			return fmt.Errorf("session %s: %w: %v", id, ErrUnreadable, err)
+		}
+		if err := f(&sess); err != nil {
+			return err
+		}
+		sess.ID = id
+		b, err := json.Marshal(sess)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(id), b)
+	})
+	if err != nil {
+		return fmt.Errorf("update session %s in %s: %w", id, s.path, err)
+	}
+	return nil
+}
+
+// Delete forgets session id (nothing when it is not stored).
+func (s *Store) Delete(id string) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSessions).Delete([]byte(id)) }); err != nil {
+		return fmt.Errorf("delete session %s from %s: %w", id, s.path, err)
+	}
+	return nil
+}
+
+// Sessions lists the stored sessions in id order. A record that cannot be decoded is
+// ErrUnreadable, naming it: nothing is skipped silently.
+func (s *Store) Sessions() ([]Session, error) {
+	var out []Session
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
+			var sess Session
+			if err := json.Unmarshal(v, &sess); err != nil || sess.ID != string(k) {
+				return fmt.Errorf("state store %s: session %q: %w: %v", s.path, k, ErrUnreadable, err)
+			}
+			out = append(out, sess)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DefaultPath is the store's file in state directory dir.
+func DefaultPath(dir string) string { return filepath.Join(dir, "state.db") }
