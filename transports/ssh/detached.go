@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/linked"
@@ -31,6 +33,7 @@ type detachedKernel struct {
 	target Target
 	python string
 	runID  string
+	rec    transports.Record
 	info   transports.Info
 	watch  *transports.Watch
 }
@@ -53,17 +56,32 @@ func (t *Transport) startDetached(ctx context.Context, hc *hostConn, target Targ
 		}
 		return nil, fmt.Errorf("start detached kernel on %s: %w (%s)", target, err, strings.TrimSpace(string(out)))
 	}
-	k := &detachedKernel{t: t, target: target, python: python, runID: runID,
-		info: transports.Info{Transport: Name, ID: target.String() + ":" + runDir}}
-	sock := path.Join(runDir, "kernel.sock")
-	client, err := link.Open(ctx, link.Options{
-		Kernel: path.Base(runDir), Token: token, Grace: t.kernelGrace(),
-		Dial: k.dialer(sock),
-	})
-	if err != nil {
+	k := t.newDetached(target, python, transports.Record{Transport: Name, Kernel: runID, RunDir: runDir, Token: token, Where: target.String()})
+	if err := k.open(ctx); err != nil {
 		_, _ = t.hosts.control(context.WithoutCancel(ctx), target, python, runID, "CLEANUP")
 		return nil, fmt.Errorf("attach to detached kernel %s on %s: %w", runID, target, err)
 	}
+	return k, nil
+}
+
+// newDetached is the kernel rec names on target, not attached yet.
+func (t *Transport) newDetached(target Target, python string, rec transports.Record) *detachedKernel {
+	return &detachedKernel{t: t, target: target, python: python, runID: rec.Kernel, rec: rec,
+		info: transports.Info{Transport: Name, ID: target.String() + ":" + rec.RunDir}}
+}
+
+// open attaches to the kernel and sets up its end.
+func (k *detachedKernel) open(ctx context.Context) error {
+	t, target, python, runID := k.t, k.target, k.python, k.runID
+	client, err := link.Open(ctx, link.Options{
+		Kernel: k.rec.Kernel, Token: k.rec.Token, Grace: t.kernelGrace(), Applied: k.rec.Applied,
+		Dial: k.dialer(path.Join(k.rec.RunDir, "kernel.sock")),
+	})
+	if err != nil {
+		return err
+	}
+	h := client.Hello()
+	k.rec.PID, k.rec.PGID, k.rec.Leader = h.PID, h.PGID, h.Leader
 	k.client = client
 	k.Streams = linked.New(client)
 	k.watch = transports.NewWatch(transports.WatchSpec{
@@ -93,8 +111,51 @@ func (t *Transport) startDetached(ctx context.Context, hc *hostConn, target Targ
 			return err
 		},
 	})
+	return nil
+}
+
+// Reattach reaches a detached remote kernel again from its record: the record must be
+// of this transport's host (Where), and the kernel is attached over the host's
+// connection as at its start. A kernel the host says has ended (or that refuses the
+// record's token) is errdefs.ErrNotFound, and what it left on the host is cleared; a host
+// out of reach is errdefs.ErrUnavailable: the kernel may still run there.
+func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	target, err := t.hosts.Resolve(t.opts.Target)
+	if err != nil {
+		return nil, fmt.Errorf("reattach ssh kernel %q: %w", rec.Kernel, err)
+	}
+	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || path.Base(rec.RunDir) != rec.Kernel || rec.Where != target.String() {
+		return nil, fmt.Errorf("reattach ssh kernel %q: a record of %q, not of this transport's host %s: %w", rec.Kernel, rec.Where, target, errdefs.ErrInvalidArgument)
+	}
+	b, err := images.Stub()
+	if err != nil {
+		return nil, err
+	}
+	_, p, err := t.hosts.stage(ctx, t.opts.Target, b)
+	if err != nil {
+		return nil, fmt.Errorf("reattach ssh kernel %s on %s: %w", rec.Kernel, target, err)
+	}
+	k := t.newDetached(target, p.PythonPath, rec)
+	if err := k.open(ctx); err != nil {
+		if errors.Is(err, link.ErrGone) {
+			_, _ = t.hosts.control(context.WithoutCancel(ctx), target, p.PythonPath, rec.Kernel, "CLEANUP")
+		}
+		return nil, fmt.Errorf("reattach ssh kernel %s on %s: %w", rec.Kernel, target, err)
+	}
 	return k, nil
 }
+
+// Record is what reattaching to the kernel takes, with the frames applied so far.
+func (k *detachedKernel) Record() transports.Record {
+	rec := k.rec
+	rec.Applied = k.client.Applied()
+	return rec
+}
+
+var (
+	_ transports.Detachable = (*detachedKernel)(nil)
+	_ transports.Reattacher = (*Transport)(nil)
+)
 
 func (t *Transport) kernelGrace() time.Duration {
 	if t.opts.KernelGrace > 0 {
