@@ -83,7 +83,8 @@ type Session struct {
 // when unknown.
 type Kernel struct {
 	// State is "running" (a kernel said hello), "idle" (no kernel now; the next cell
-	// starts one) or "closed".
+	// starts one), "reattaching" (a restarted daemon is reaching the session's kernel
+	// again; cells wait for it) or "closed".
 	State *string `json:"state"`
 	// Transport is the kernel's transport kind.
 	Transport *string `json:"transport"`

@@ -123,21 +123,35 @@ func (s *Session) reattach(ctx context.Context) (transports.Kernel, error) {
 	if rec == nil {
 		return nil, nil
 	}
-	s.resume = nil
+	if time.Now().After(s.resumeBy) {
+		s.resume = nil
+		lost := fmt.Errorf("kernel %s: out of reach since this controller started, past its grace: %w: forgotten without reaching its host again", rec.Kernel, errdefs.ErrNotFound)
+		s.setOrigin(func(o *Origin) { o.Lost = lost })
+		s.log.Warn("giving up the kernel to resume; starting a fresh one", "kernel", rec.Kernel)
+		return nil, nil
+	}
 	r, ok := s.opts.Transport.(transports.Reattacher)
 	if !ok {
+		s.resume = nil
 		return nil, fmt.Errorf("resume kernel %s: transport %s cannot reattach: %w", rec.Kernel, s.opts.Transport.Name(), errdefs.ErrNotImplemented)
 	}
 	k, err := r.Reattach(ctx, *rec)
 	switch {
 	case errdefs.IsNotFound(err):
-		s.origin.Lost = err
+		s.resume = nil
+		s.setOrigin(func(o *Origin) { o.Lost = err })
 		s.log.Warn("the kernel to resume is gone; starting a fresh one", "kernel", rec.Kernel, "err", err)
 		return nil, nil
+	case errdefs.IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded):
+		// Out of reach is not gone: keep the record, start nothing in its place.
+		return nil, fmt.Errorf("resume kernel %s: %w: %w", rec.Kernel, errdefs.ErrUnavailable, err)
 	case err != nil:
+		s.resume = nil
+		s.setOrigin(func(o *Origin) { o.Lost = err })
 		return nil, fmt.Errorf("resume kernel %s: %w", rec.Kernel, err)
 	}
-	s.origin.Resumed = true
+	s.resume = nil
+	s.setOrigin(func(o *Origin) { o.Resumed = true })
 	return k, nil
 }
 

@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,5 +77,79 @@ func TestADetachedSessionIsResumedWithItsNamespace(t *testing.T) {
 	res, _ = execute(t, third, "'x' in dir()")
 	if res.Result == nil || *res.Result != "False" {
 		t.Fatalf("a fresh kernel after a lost one still has x: %+v", res)
+	}
+}
+
+// flaky is a Reattacher whose first fails reattaches find the kernel out of reach.
+type flaky struct {
+	*local.Transport
+	mu    sync.Mutex
+	fails int
+	calls int
+}
+
+func (f *flaky) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	f.mu.Lock()
+	f.calls++
+	fail := f.calls <= f.fails
+	f.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("host down (test): %w", errdefs.ErrUnavailable)
+	}
+	return f.Transport.Reattach(ctx, rec)
+}
+
+// TestAKernelOutOfReachIsNotAKernelGone: a Background session whose kernel to resume is
+// out of reach answers at once, keeps trying (cells fail unavailable meanwhile, and no
+// fresh kernel takes the namespace's place), and resumes it once it is reached. Past
+// ResumeFor the record is given up without touching the kernel, and a fresh kernel runs.
+func TestAKernelOutOfReachIsNotAKernelGone(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	dir := t.TempDir()
+	first := startSession(t, controller.Options{Transport: local.New(local.Options{RunDir: run}), Dir: dir})
+	execute(t, first, "x = 5")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, ok, err := first.Detach(ctx)
+	if err != nil || !ok {
+		t.Fatalf("detach: %v %v", ok, err)
+	}
+
+	f := &flaky{Transport: local.New(local.Options{RunDir: run}), fails: 2}
+	second := startSession(t, controller.Options{Transport: f, Dir: dir, IDBase: 1 << 20, Resume: &rec, Background: true})
+	if _, err := second.Execute(ctx, "x", &captureSink{}); !errdefs.IsUnavailable(err) {
+		t.Fatalf("a cell while the kernel is out of reach: %v, want unavailable", err)
+	}
+	var res *controller.CellResult
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if res, err = second.Execute(ctx, "x", &captureSink{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kernel was never resumed: %v", err)
+		}
+	}
+	if res.Result == nil || *res.Result != "5" || !second.Origin().Resumed {
+		t.Fatalf("x after the resume: %+v, origin %+v", res, second.Origin())
+	}
+	rec, ok, err = second.Detach(ctx)
+	if err != nil || !ok {
+		t.Fatalf("detach: %v %v", ok, err)
+	}
+
+	never := &flaky{Transport: local.New(local.Options{RunDir: run}), fails: 1 << 30}
+	third := startSession(t, controller.Options{Transport: never, Dir: dir, IDBase: 2 << 20, Resume: &rec, Background: true, ResumeFor: time.Millisecond})
+	time.Sleep(10 * time.Millisecond)
+	res, _ = execute(t, third, "'x' in dir()")
+	if res.Result == nil || *res.Result != "False" || !errdefs.IsNotFound(third.Origin().Lost) {
+		t.Fatalf("past ResumeFor: %+v, origin %+v; want a fresh kernel and the record given up", res, third.Origin())
+	}
+	// The kernel given up was not touched: it still runs, and is ended here.
+	k, err := local.New(local.Options{RunDir: run}).Reattach(ctx, rec)
+	if err != nil {
+		t.Fatalf("the kernel given up should still run: %v", err)
+	}
+	if err := k.Kill(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -115,6 +115,18 @@ type Options struct {
 	// is replaced by a fresh one, and Origin says the namespace was lost and why; any
 	// other failure to reattach fails Start (the kernel may still run).
 	Resume *transports.Record
+	// Background makes Start return without waiting for the first kernel: it is started,
+	// or Resume's kernel reattached, in the background, and calls that need it wait for
+	// it (Reattaching reports the wait). A resume whose kernel is out of reach
+	// (errdefs.ErrUnavailable: a host, an engine) is retried, backing off to every 30 s,
+	// for ResumeFor; cells fail with that error meanwhile, and no fresh kernel replaces one
+	// that may still run.
+	Background bool
+	// ResumeFor bounds how long a resume out of reach is retried: past it the kernel has
+	// surely ended by its own grace, the record is forgotten without reaching for its
+	// host, and Origin says so. Zero means an hour and a minute (the default grace and a
+	// minute).
+	ResumeFor time.Duration
 	// OnKernel, when set, is told the record of each kernel generation that can be
 	// reattached (a transports.Detachable kernel) once its hello was checked, before
 	// Start or the call that started it returns: what a store keeps. It must not block.
@@ -148,8 +160,14 @@ type Session struct {
 	closed   bool
 	cause    error              // why the session was closed
 	closedCh chan struct{}      // closed with closed
-	resume   *transports.Record // the kernel the first start reattaches to, cleared once tried
-	origin   Origin
+	resume   *transports.Record // the kernel the first start reattaches to, until reached or given up
+	resumeBy time.Time          // when a resume out of reach is given up
+
+	cur        atomic.Pointer[kernelConn] // s.kc, read without s.mu
+	attaching  atomic.Bool                // the background start or resume is under way
+	originMu   sync.Mutex
+	origin     Origin
+	background chan struct{} // closed when the background start has ended (Background)
 }
 
 // Start validates opts, starts the first kernel and waits for its hello.
@@ -185,8 +203,18 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	s.ids.Store(opts.IDBase)
 	s.log = log.With("session", s.id)
 	s.resume = opts.Resume
+	if opts.ResumeFor <= 0 {
+		opts.ResumeFor = time.Hour + time.Minute
+	}
+	s.resumeBy = time.Now().Add(opts.ResumeFor)
 	if err := s.initJobs(ctx); err != nil {
 		return nil, err
+	}
+	if opts.Background {
+		s.attaching.Store(true)
+		s.background = make(chan struct{})
+		go s.startInBackground()
+		return s, nil
 	}
 	if _, err := s.kernel(ctx); err != nil {
 		s.removeSpill()
@@ -194,6 +222,40 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	return s, nil
 }
+
+// resumeBackoff paces the retries of a resume whose kernel is out of reach.
+var resumeBackoff = struct{ first, max time.Duration }{time.Second, 30 * time.Second}
+
+// startInBackground starts (or resumes) the first kernel of a Background session,
+// retrying a resume out of reach until it is reached, proven gone or given up.
+func (s *Session) startInBackground() {
+	defer close(s.background)
+	defer s.attaching.Store(false)
+	delay := resumeBackoff.first
+	for {
+		_, err := s.kernel(context.Background())
+		s.mu.Lock()
+		pending, closed := s.resume != nil, s.closed
+		s.mu.Unlock()
+		if err == nil || !pending || closed {
+			if err != nil {
+				s.log.Warn("the session's first kernel did not start; the next cell tries again", "err", err)
+			}
+			return
+		}
+		s.log.Info("the kernel to resume is out of reach; trying again", "in", delay, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-s.closedCh:
+			return
+		}
+		delay = min(2*delay, resumeBackoff.max)
+	}
+}
+
+// Reattaching reports that the session's first kernel is still being started or
+// resumed in the background (Options.Background).
+func (s *Session) Reattaching() bool { return s.attaching.Load() }
 
 // CheckWorkingDir returns nil if dir names an existing directory, and otherwise one of
 // ErrNoWorkingDir, ErrWorkingDirGone or ErrWorkingDirNotDir, wrapped with the path.
@@ -219,17 +281,21 @@ func (s *Session) ID() string { return s.id }
 // Origin says whether the first kernel was the one Options.Resume recorded, and when it
 // was not, why its namespace was lost.
 func (s *Session) Origin() Origin {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.originMu.Lock()
+	defer s.originMu.Unlock()
 	return s.origin
+}
+
+func (s *Session) setOrigin(f func(*Origin)) {
+	s.originMu.Lock()
+	defer s.originMu.Unlock()
+	f(&s.origin)
 }
 
 // Record is the current kernel's record when it can be reattached (ok false when no
 // kernel runs or its transport cannot detach).
 func (s *Session) Record() (rec transports.Record, ok bool) {
-	s.mu.Lock()
-	kc := s.kc
-	s.mu.Unlock()
+	kc := s.cur.Load()
 	if kc == nil || kc.ended() {
 		return transports.Record{}, false
 	}
@@ -252,6 +318,11 @@ func (s *Session) Detach(ctx context.Context) (rec transports.Record, ok bool, e
 	var dk transports.Detachable
 	if kc != nil && !kc.ended() {
 		dk, _ = kc.k.(transports.Detachable)
+	}
+	if pending := s.resume; dk == nil && pending != nil && !s.closed {
+		// The kernel to resume was never reached: it is still the record's.
+		s.mu.Unlock()
+		return *pending, true, s.end(ctx, ErrDetached)
 	}
 	if dk == nil || s.closed {
 		s.mu.Unlock()
@@ -283,9 +354,7 @@ func (s *Session) Done() <-chan struct{} { return s.closedCh }
 // Kernel reports the current kernel's hello and transport facts, starting none. ok is false
 // when no kernel runs.
 func (s *Session) Kernel() (hello protocol.Hello, info transports.Info, ok bool) {
-	s.mu.Lock()
-	kc := s.kc
-	s.mu.Unlock()
+	kc := s.cur.Load()
 	if kc == nil || kc.ended() {
 		return protocol.Hello{}, transports.Info{}, false
 	}
@@ -308,6 +377,7 @@ func (s *Session) kernel(ctx context.Context) (*kernelConn, error) {
 		return nil, err
 	}
 	s.kc = kc
+	s.cur.Store(kc)
 	return kc, nil
 }
 

@@ -385,11 +385,11 @@ func (s *Server) endSession(ctx context.Context, e *entry) {
 	s.metrics.sessionEnded()
 }
 
-// detachSession lets e's kernel run on without the daemon and keeps its record, for the
-// next daemon to resume; false when the kernel cannot be let go (none runs, or its
-// transport cannot reattach), which the caller ends instead.
+// detachSession lets e's kernel run on without the daemon and keeps the session's record
+// (with its kernel's, or a resume still pending), for the next daemon to resume; false
+// when its transport cannot reattach, a session the caller ends instead.
 func (s *Server) detachSession(ctx context.Context, e *entry) bool {
-	if _, ok := e.sess.Record(); !ok || !e.resumable {
+	if !e.resumable {
 		return false
 	}
 	e.mu.Lock()
@@ -405,12 +405,16 @@ func (s *Server) detachSession(ctx context.Context, e *entry) bool {
 	if err != nil {
 		s.log.Warn("session detach", "session", e.id, "err", err)
 	}
-	if ok {
-		if err := s.store.Update(e.id, func(st *store.Session) error { st.Kernel = &rec; return nil }); err != nil {
-			s.log.Warn("keeping the detached kernel's record", "session", e.id, "err", err)
+	// Kept either way: with its kernel's record, or (no kernel ran) without one, so the
+	// next daemon serves the session with a fresh kernel.
+	if err := s.store.Update(e.id, func(st *store.Session) error {
+		st.Kernel = nil
+		if ok {
+			st.Kernel = &rec
 		}
-	} else if err := s.store.Delete(e.id); err != nil {
-		s.log.Warn("forgetting the session", "session", e.id, "err", err)
+		return nil
+	}); err != nil {
+		s.log.Warn("keeping the detached session's record", "session", e.id, "err", err)
 	}
 	if e.release != nil {
 		e.release()

@@ -130,6 +130,7 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 		ID:             rec.ID,
 		IDBase:         rec.Epoch * store.IDsPerEpoch,
 		Resume:         rec.Kernel,
+		Background:     rec.Epoch > 0, // a restored session answers at once; its kernel follows
 		OnKernel:       k.kernel,
 	})
 	if opts.Handler != nil {
@@ -287,8 +288,11 @@ func (s *Server) describe(e *entry) api.Session {
 	closed := e.closed
 	e.mu.Unlock()
 	state := "idle"
-	if closed {
+	switch {
+	case closed:
 		state = "closed"
+	case e.sess.Reattaching():
+		state = "reattaching"
 	}
 	origin := "fresh"
 	if o := e.sess.Origin(); o.Resumed {
@@ -356,8 +360,7 @@ func (s *Server) restore(ctx context.Context) {
 				rec.Epoch++
 				var e *entry
 				if e, err = s.open(ctx, req, spec, trunc, rec); err == nil {
-					o := e.sess.Origin()
-					s.log.Info("session restored", "session", rec.ID, "resumed", o.Resumed, "lost", o.Lost)
+					s.log.Debug("session restored; its kernel is reattached in the background", "session", e.id)
 					return
 				}
 			}
