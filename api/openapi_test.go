@@ -33,7 +33,7 @@ func TestOpenAPIIsValidAndMatchesTheTypes(t *testing.T) {
 		api.Error{}, api.ErrorBody{}, api.Span{}, api.Mount{}, api.Transport{}, api.Local{}, api.Docker{}, api.SSH{}, api.Limits{},
 		api.CreateSession{}, api.RunningJob{}, api.Kernel{}, api.Session{}, api.SessionList{},
 		api.RunCell{}, api.Exception{}, api.Cell{}, api.Output{}, api.CellReply{}, api.Event{},
-		api.RunJob{}, api.JobEnd{}, api.Job{}, api.JobList{}, api.OutputPage{}, api.StopReply{},
+		api.RunJob{}, api.JobEnd{}, api.Job{}, api.JobList{}, api.OutputPage{}, api.StopReply{}, api.Upgrade{},
 		api.CreateChild{}, api.Child{}, api.Conflict{}, api.HandBack{}, api.HostState{},
 	}
 	covered := map[string]bool{}

@@ -101,6 +101,27 @@ type Kernel struct {
 	// Lost, when a restarted daemon could not resume the session's kernel (it was gone),
 	// says why: the session runs a fresh kernel, its namespace is lost.
 	Lost *string `json:"lost"`
+	// InstanceID names the running kernel (its run directory's name) when it can outlive
+	// the daemon.
+	InstanceID *string `json:"instance_id"`
+	// Build is the stub bundle hash the running kernel reported.
+	Build *string `json:"build"`
+	// Stale: the running kernel is of another build than the daemon's (resumed after an
+	// upgrade); it serves on and is replaced at its next idle moment, its namespace carried.
+	Stale *bool `json:"stale"`
+}
+
+// Upgrade says that a stale kernel was replaced and what of its namespace was carried:
+// the reply of POST /sessions/{id}/kernel/upgrade, and a cell reply's notice when the
+// replacement happened just before that cell.
+type Upgrade struct {
+	// From and To are the builds (stub bundle hashes) of the old and the new kernel.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Carried and Left name the namespace's values carried over and left behind (values
+	// that do not pickle).
+	Carried []string `json:"carried"`
+	Left    []string `json:"left"`
 }
 
 // RunningJob is one live job of an observation.
@@ -139,6 +160,9 @@ type CellReply struct {
 	Error *Error `json:"error,omitempty"`
 	// Output is the cell's output so far, bounded by the session's limits.
 	Output Output `json:"output"`
+	// Upgrade, when set, says that the session's stale kernel was replaced just before
+	// this cell ran, and what of its namespace was carried over.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
 }
 
 // Cell is how a cell ended.

@@ -64,6 +64,9 @@ type CellResult struct {
 	Result *string
 	// Error is the exception of a cell with status "error", else nil.
 	Error *protocol.CellError
+	// Upgrade, when set, says that a stale kernel was replaced just before this cell ran
+	// (Session.Upgrade) and what of its namespace was carried over.
+	Upgrade *UpgradeNotice
 }
 
 // cellRun is a cell in flight.
@@ -156,7 +159,7 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	if c.err != nil {
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
-	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error}, nil
+	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: s.takeNotice()}, nil
 }
 
 // forgetCell drops cell id, which was never sent, from the cells in flight.

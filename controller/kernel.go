@@ -30,6 +30,13 @@ type kernelConn struct {
 	cancel context.CancelCauseFunc
 
 	stdin *stdinWriter // whole frames to the kernel, never blocking a caller's control path
+	// resumed: the kernel is one an earlier controller started (Options.Resume); its
+	// hello may name another bundle, which makes it stale rather than refused.
+	resumed bool
+	// stale: the kernel runs another bundle than the controller's (Session.Stale).
+	stale atomic.Bool
+	// upgradeTried: its replacement at an idle moment was tried (s.mu guards it).
+	upgradeTried bool
 	// detached is set when the session let the kernel go (Session.Detach): its reader
 	// then neither kills nor waits for it.
 	detached atomic.Bool
@@ -68,6 +75,7 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	resumed := k != nil
 	if k == nil {
 		k, err = s.opts.Transport.Start(sctx, transports.Spec{
 			SessionID: s.id,
@@ -82,7 +90,7 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 	}
 	kctx, kcancel := context.WithCancelCause(context.Background())
 	kc := &kernelConn{
-		s: s, k: k, stderr: stderr,
+		s: s, k: k, stderr: stderr, resumed: resumed,
 		ctx: kctx, cancel: kcancel,
 		inflight: semaphore.NewWeighted(maxRequestBytesInFlight),
 		cells:    make(map[string]*cellRun),
@@ -162,6 +170,11 @@ func (kc *kernelConn) checkHello(h protocol.Hello) error {
 		return fmt.Errorf("%w: %w", ErrStale, err)
 	}
 	if b := kc.s.opts.Bundle; b != "" && h.Bundle != b {
+		if kc.resumed {
+			kc.stale.Store(true)
+			kc.s.log.Info("the resumed kernel is stale: it is replaced at its next idle moment", "bundle", h.Bundle, "want", b)
+			return nil
+		}
 		return fmt.Errorf("%w: it runs stub bundle %.12s, this controller has %.12s", ErrStale, h.Bundle, b)
 	}
 	return nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/local"
 )
@@ -151,5 +154,104 @@ func TestAKernelOutOfReachIsNotAKernelGone(t *testing.T) {
 	}
 	if err := k.Kill(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAStaleKernelIsReplacedAtItsNextIdleMomentWithItsNamespace: a kernel of another
+// build's bundle, resumed, keeps serving but is stale; the next cell first replaces it
+// with a kernel of this controller's bundle, its picklable values carried over (a module
+// too), an unpicklable one left, and the cell's result names both. A fresh kernel that
+// boots stale is refused, not replaced again.
+func TestAStaleKernelIsReplacedAtItsNextIdleMomentWithItsNamespace(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	dir := t.TempDir()
+	stub, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := images.Salted(stub, "an older build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := controller.Start(context.Background(), controller.Options{
+		Transport: local.New(local.Options{RunDir: run, Bundle: older, CacheDir: t.TempDir()}), Dir: dir, Bundle: older.Hash(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execute(t, first, "import json\nkept = {'a': [1, 2]}\nunpicklable = (lambda: 1)\ndef f(): pass")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, ok, err := first.Detach(ctx)
+	if err != nil || !ok {
+		t.Fatalf("detach: %v %v", ok, err)
+	}
+	second := startSession(t, controller.Options{Transport: local.New(local.Options{RunDir: run}), Dir: dir, IDBase: 1 << 20, Resume: &rec})
+	if !second.Origin().Resumed || !second.Stale() {
+		t.Fatalf("origin %+v, stale %v: want the older kernel resumed and stale", second.Origin(), second.Stale())
+	}
+	res, _ := execute(t, second, "(json.dumps(kept), 'unpicklable' in dir())")
+	if res.Result == nil || *res.Result != `('{"a": [1, 2]}', False)` {
+		t.Fatalf("after the upgrade: %+v", res)
+	}
+	n := res.Upgrade
+	if n == nil || n.From != older.Hash() || n.To != stub.Hash() || !slices.Contains(n.Carried, "json") || !slices.Contains(n.Carried, "kept") || !slices.Contains(n.Left, "unpicklable") || !slices.Contains(n.Left, "f") {
+		t.Fatalf("the upgrade notice %+v: want json and kept carried, unpicklable and f (a cell's function) left, %.8s to %.8s", n, older.Hash(), stub.Hash())
+	}
+	if second.Stale() {
+		t.Fatal("still stale after the upgrade")
+	}
+	if _, err := os.Stat(rec.RunDir); !waitGoneDir(rec.RunDir) {
+		t.Fatalf("the replaced kernel's run directory is still there: %v", err)
+	}
+	res, _ = execute(t, second, "1")
+	if res.Upgrade != nil {
+		t.Fatalf("a second notice: %+v", res.Upgrade)
+	}
+}
+
+func waitGoneDir(dir string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAReplacementThatBootsStaleIsRefusedAndTheOldKernelServesOn: when the kernels this
+// controller starts are themselves of another bundle, the upgrade fails with ErrStale
+// inside ErrUpgradeFailed, the resumed kernel keeps its namespace and serves, and the
+// idle-moment upgrade is not tried again.
+func TestAReplacementThatBootsStaleIsRefusedAndTheOldKernelServesOn(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	dir := t.TempDir()
+	stub, _ := images.Stub()
+	older, err := images.Salted(stub, "an older build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := local.New(local.Options{RunDir: run, Bundle: older, CacheDir: t.TempDir()})
+	first, err := controller.Start(context.Background(), controller.Options{Transport: tr, Dir: dir, Bundle: older.Hash()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execute(t, first, "kept = 7")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, _, err := first.Detach(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startSession(t, controller.Options{Transport: tr, Dir: dir, IDBase: 1 << 20, Resume: &rec})
+	res, _ := execute(t, second, "kept")
+	if res.Result == nil || *res.Result != "7" || res.Upgrade != nil || !second.Stale() {
+		t.Fatalf("a failed idle upgrade: %+v (stale %v); want the old kernel serving, still stale", res, second.Stale())
+	}
+	if _, err := second.Upgrade(ctx); !errors.Is(err, controller.ErrUpgradeFailed) || !errors.Is(err, controller.ErrStale) {
+		t.Fatalf("a forced upgrade to a kernel that boots stale: %v", err)
+	}
+	if res, _ = execute(t, second, "kept + 1"); res.Result == nil || *res.Result != "8" {
+		t.Fatalf("the old kernel after the refused upgrade: %+v", res)
 	}
 }

@@ -167,7 +167,8 @@ type Session struct {
 	attaching  atomic.Bool                // the background start or resume is under way
 	originMu   sync.Mutex
 	origin     Origin
-	background chan struct{} // closed when the background start has ended (Background)
+	background chan struct{}  // closed when the background start has ended (Background)
+	notice     *UpgradeNotice // an upgrade's notice for the next cell's result (originMu)
 }
 
 // Start validates opts, starts the first kernel and waits for its hello.
@@ -370,7 +371,7 @@ func (s *Session) kernel(ctx context.Context) (*kernelConn, error) {
 		return nil, fmt.Errorf("session %s: %w", s.id, s.closedErr())
 	}
 	if s.kc != nil && !s.kc.ended() {
-		return s.kc, nil
+		return s.upgradeIfStale(ctx, s.kc), nil
 	}
 	kc, err := s.startKernel(ctx)
 	if err != nil {

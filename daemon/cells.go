@@ -135,6 +135,7 @@ func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 			if c.Error != nil {
 				reply.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
 			}
+			reply.Upgrade = toUpgrade(c.Upgrade)
 		}
 		if jw.Err != nil {
 			reply.Error = toAPI(jw.Err)
@@ -221,4 +222,37 @@ func (q *queueSink) drain() []api.Event {
 	}
 	q.events, q.queued = nil, 0
 	return evs
+}
+
+// toUpgrade is an upgrade notice's API view (nil for none).
+func toUpgrade(n *controller.UpgradeNotice) *api.Upgrade {
+	if n == nil {
+		return nil
+	}
+	u := &api.Upgrade{From: n.From, To: n.To, Carried: n.Carried, Left: n.Left}
+	if u.Carried == nil {
+		u.Carried = []string{}
+	}
+	if u.Left == nil {
+		u.Left = []string{}
+	}
+	return u
+}
+
+// handleUpgrade replaces the session's kernel by one of the daemon's build, carrying its
+// namespace's picklable values (controller.Session.Upgrade), stale or not: 200 with what
+// was carried, 409 busy when a cell or job runs, 503 when it failed (the old kernel
+// serves on).
+func (s *Server) handleUpgrade(w http.ResponseWriter, r *http.Request) {
+	e, err := s.session(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n, err := e.sess.Upgrade(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toUpgrade(n))
 }

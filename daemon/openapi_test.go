@@ -323,6 +323,8 @@ func TestEveryReplyIsInTheOpenAPIDocument(t *testing.T) {
 	v.do(t, exchange{method: "POST", target: sid + "/cells", body: js(`{"code":"print('hi')\n6*7"}`), valid: true, status: 200})
 	v.do(t, exchange{method: "POST", target: sid + "/cells", body: js(`{"code":"1/0"}`), valid: true, status: 200})
 	v.do(t, exchange{method: "POST", target: sid + "/cells", body: js(`{}`), valid: true, status: 200})
+	v.do(t, exchange{method: "POST", target: sid + "/kernel/upgrade", valid: true, status: 200})
+	v.do(t, exchange{method: "POST", target: "/sessions/nope/kernel/upgrade", valid: true, status: 404})
 	v.do(t, exchange{method: "POST", target: sid + "/cells", header: hdr("Accept", api.MediaNDJSON),
 		body: js(`{"code":"import sys\nprint(1, flush=True)\nprint(2, file=sys.stderr)\n'x'"}`), valid: true, status: 200})
 	det := decode[api.CellReply](t, v.do(t, exchange{method: "POST", target: sid + "/cells",

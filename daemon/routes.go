@@ -24,6 +24,7 @@ func (s *Server) routes() []route {
 		{"GET", "/sessions/{id}", s.handleGet},
 		{"DELETE", "/sessions/{id}", s.handleDelete},
 		{"POST", "/sessions/{id}/cells", s.handleCell},
+		{"POST", "/sessions/{id}/kernel/upgrade", s.handleUpgrade},
 		{"GET", "/sessions/{id}/jobs", s.handleJobs},
 		{"POST", "/sessions/{id}/jobs", s.handleRunJob},
 		{"GET", "/sessions/{id}/jobs/{job}/output", s.handleOutput},

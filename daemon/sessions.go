@@ -310,6 +310,11 @@ func (s *Server) describe(e *entry) api.Session {
 			pid := hello.PID
 			out.Kernel.PID = &pid
 		}
+		build, stale := hello.Bundle, e.sess.Stale()
+		out.Kernel.Build, out.Kernel.Stale = &build, &stale
+		if rec, ok := e.sess.Record(); ok {
+			out.Kernel.InstanceID = &rec.Kernel
+		}
 	}
 	out.Kernel.State = &state
 	obs := e.sess.Jobs().Observe()

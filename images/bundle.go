@@ -62,7 +62,31 @@ func Stub() (*Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read embedded stub: %w", err)
 	}
+	if buildSalt != "" {
+		files = append(files, File{Path: SaltFile, Data: []byte(buildSalt)})
+	}
 	return NewBundle(files)
+}
+
+// buildSalt, set at link time (-ldflags "-X github.com/kennel-dev/kennel/images.buildSalt=S"),
+// puts a file SaltFile holding S into the Stub bundle, so a build of the same stub gets
+// another bundle hash: how a test makes "another build" whose daemon finds the kernels
+// of the first one stale. Empty in every release build.
+var buildSalt string
+
+// SaltFile is the path of the salt file a salted build adds to its bundle.
+const SaltFile = "build-salt"
+
+// Salted is b with a file SaltFile holding salt: the same stub under another hash (see
+// buildSalt).
+func Salted(b *Bundle, salt string) (*Bundle, error) {
+	files := make([]File, 0, len(b.files)+1)
+	for _, f := range b.files {
+		if f.Path != SaltFile {
+			files = append(files, f)
+		}
+	}
+	return NewBundle(append(files, File{Path: SaltFile, Data: []byte(salt)}))
 }
 
 // NewBundle makes a Bundle of files. Paths must be clean, relative, slash-separated

@@ -198,6 +198,10 @@ exits 3. With --json each cell's reply is printed as JSON instead.`,
 				if err != nil {
 					return err
 				}
+				if u := rep.Upgrade; u != nil && !f.json {
+					fmt.Fprintf(errOut, "kennel: the session's kernel (build %.12s) was replaced by one of the daemon's build (%.12s) before this cell; carried over: %s; left behind: %s\n",
+						u.From, u.To, strings.Join(u.Carried, ", "), strings.Join(u.Left, ", "))
+				}
 				if f.json {
 					if err := printJSON(out, rep); err != nil {
 						return err

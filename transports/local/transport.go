@@ -49,6 +49,9 @@ type Options struct {
 	// KernelGrace is how long a detached kernel lives with nothing attached (zero:
 	// DefaultKernelGrace).
 	KernelGrace time.Duration
+	// Bundle is the stub the kernels run. Nil means this binary's (images.Stub); a test
+	// gives another build's (images.Salted) to make kernels of another bundle.
+	Bundle *images.Bundle
 }
 
 // Transport starts local kernels. It is safe for concurrent use; it caches the resolved
@@ -149,10 +152,14 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 }
 
 func (t *Transport) unpack(context.Context) (bundleDir, error) {
-	b, err := images.Stub()
-	if err != nil {
-		return bundleDir{}, err
+	b := t.opts.Bundle
+	if b == nil {
+		var err error
+		if b, err = images.Stub(); err != nil {
+			return bundleDir{}, err
+		}
 	}
+	var err error
 	cacheDir := t.opts.CacheDir
 	if cacheDir == "" {
 		if cacheDir, err = images.DefaultCacheDir(); err != nil {
