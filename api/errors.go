@@ -37,6 +37,10 @@ const (
 	// CodeMethodNotAllowed: the path's routes do not take the request's method (405; the
 	// Allow header lists those they take).
 	CodeMethodNotAllowed Code = "method_not_allowed"
+	// CodeUnknown: a keyed cell (Idempotency-Key) was sent to a kernel that is gone
+	// (a daemon restart found it ended): whether it ran is unknown, and it is never sent
+	// again. A cell reply of state "unknown" carries it.
+	CodeUnknown Code = "unknown"
 	// CodeInternal: anything else.
 	CodeInternal Code = "internal"
 )

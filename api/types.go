@@ -150,7 +150,8 @@ type RunCell struct {
 // CellReply is the outcome of a cell: settled (Cell or Error set) or detached (Job to
 // wait on, stop, or read the output of).
 type CellReply struct {
-	// State is "settled" or "detached".
+	// State is "settled" or "detached", or for a retried Idempotency-Key whose cell was
+	// sent to a kernel that is gone, "unknown" (Error says so; it is never run again).
 	State string `json:"state"`
 	// Job is the id of the job that tracks the cell.
 	Job string `json:"job"`

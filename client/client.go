@@ -166,6 +166,20 @@ func (c *Client) RunCell(ctx context.Context, id string, req api.RunCell) (*api.
 	return &r, nil
 }
 
+// RunCellOnce is RunCell under an idempotency key: the cell runs at most once however
+// often it is retried with key, across daemon restarts; a retry answers with the first
+// run's reply (its job's wait while it runs), or with state "unknown" when the cell was
+// sent to a kernel that is gone. A key is for one cell: another code under it is a
+// conflict.
+func (c *Client) RunCellOnce(ctx context.Context, id, key string, req api.RunCell) (*api.CellReply, error) {
+	var r api.CellReply
+	hdr := http.Header{api.HeaderIdempotencyKey: {key}}
+	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/cells", hdr, req, &r, http.StatusOK); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // StreamCell runs a cell with its output streamed: each stream, display and dropped
 // event goes to onEvent as it arrives (on the calling goroutine), and the final reply is
 // returned.

@@ -23,12 +23,24 @@ import (
 // cause and the cell goes on. Killing a cell job interrupts it, and kills its kernel if it
 // has not ended after Options.InterruptGrace. An error means the cell could not start.
 func (s *Session) ExecuteWait(ctx context.Context, code string, budget time.Duration, sink Sink) (JobWait, error) {
+	return s.ExecuteCell(ctx, s.NextCellID(), code, budget, sink)
+}
+
+// NextCellID reserves the id of a cell not sent yet, for ExecuteCell: a caller that must
+// record a cell's id before it is sent (to drive it again after a restart).
+func (s *Session) NextCellID() string { return s.nextID("c") }
+
+// ExecuteCell is ExecuteWait for the cell of id cellID: one NextCellID reserved, or one an
+// earlier controller sent to the kernel this session resumed. The kernel runs a cell of
+// an id it never had; for one it ran it answers with that cell's done again (it keeps
+// its newest 16), and one it is running ends with its own done: so a cell driven again
+// after a restart runs at most once.
+func (s *Session) ExecuteCell(ctx context.Context, cellID, code string, budget time.Duration, sink Sink) (JobWait, error) {
 	deadline := s.jobs.table.Clock().Now().Add(budget)
 	kc, err := s.kernel(ctx)
 	if err != nil {
 		return JobWait{}, err
 	}
-	cellID := s.nextID("c")
 	r := &jobRun{s: s, kc: kc, kind: cellJob, frameID: cellID}
 	job, err := s.jobs.table.Start(jobs.Spec{Command: firstLine(code), Owner: r})
 	if err != nil {

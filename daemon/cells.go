@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -67,24 +68,40 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	budget := budgetOf(req.BudgetMS)
-	if !wantsNDJSON(r) {
-		jw, err := e.sess.ExecuteWait(r.Context(), req.Code, budget, nil)
-		if err != nil {
-			writeError(w, err)
-			return
+	key := r.Header.Get(api.HeaderIdempotencyKey)
+	if len(key) > 256 {
+		writeError(w, fmt.Errorf("idempotency key: %w: at most 256 bytes", errInvalid))
+		return
+	}
+	run := func(ctx context.Context, sink controller.Sink) (controller.JobWait, *api.CellReply, error) {
+		if key != "" {
+			return s.keyedCell(ctx, e, key, req.Code, budget, sink)
 		}
-		writeJSON(w, http.StatusOK, s.cellReply(e, jw))
+		jw, err := e.sess.ExecuteWait(ctx, req.Code, budget, sink)
+		return jw, nil, err
+	}
+	if !wantsNDJSON(r) {
+		jw, stored, err := run(r.Context(), nil)
+		switch {
+		case err != nil:
+			writeError(w, err)
+		case stored != nil:
+			writeJSON(w, http.StatusOK, stored)
+		default:
+			writeJSON(w, http.StatusOK, s.cellReply(e, jw))
+		}
 		return
 	}
 	sink := newQueueSink()
 	type result struct {
-		jw  controller.JobWait
-		err error
+		jw     controller.JobWait
+		stored *api.CellReply
+		err    error
 	}
 	done := make(chan result, 1)
 	go func() {
-		jw, err := e.sess.ExecuteWait(r.Context(), req.Code, budget, sink)
-		done <- result{jw, err}
+		jw, stored, err := run(r.Context(), sink)
+		done <- result{jw, stored, err}
 	}()
 	w.Header().Set("Content-Type", api.MediaNDJSON)
 	w.Header().Set("Cache-Control", "no-store")
@@ -107,9 +124,12 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 			flush()
 		case res := <-done:
 			flush()
-			if res.err != nil {
+			switch {
+			case res.err != nil:
 				_ = enc.Encode(api.Event{Type: "error", Error: toAPI(res.err)})
-			} else {
+			case res.stored != nil:
+				_ = enc.Encode(api.Event{Type: "result", Result: res.stored})
+			default:
 				reply := s.cellReply(e, res.jw)
 				_ = enc.Encode(api.Event{Type: "result", Result: &reply})
 			}
@@ -125,6 +145,19 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 	id := jw.Outcome.Job()
 	e.addJob(id)
+	reply := replyOf(e, jw)
+	if _, ok := jw.Outcome.(jobs.Settled); ok {
+		s.accountSettled(e, id, jw.Outcome.SoFar())
+		s.metrics.cellsSettled.Inc()
+	} else {
+		s.metrics.cellsDetached.Inc()
+	}
+	return reply
+}
+
+// replyOf is a cell's wait as its reply.
+func replyOf(e *entry, jw controller.JobWait) api.CellReply {
+	id := jw.Outcome.Job()
 	out := jw.Outcome.SoFar()
 	reply := api.CellReply{Job: id.String(), Output: toOutput(readWith(out, e.id, id))}
 	switch jw.Outcome.(type) {
@@ -140,11 +173,8 @@ func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 		if jw.Err != nil {
 			reply.Error = toAPI(jw.Err)
 		}
-		s.accountSettled(e, id, out)
-		s.metrics.cellsSettled.Inc()
 	default:
 		reply.State = "detached"
-		s.metrics.cellsDetached.Inc()
 	}
 	return reply
 }

@@ -21,6 +21,7 @@ type entry struct {
 	cwd       string
 	transport string // the kind asked for, for metrics before a kernel runs
 	resumable bool   // its transport reattaches to kernels a shutdown let go of
+	epoch     uint64 // the daemon start serving it (store.Session.Epoch)
 	req       api.CreateSession
 	spec      *sessionspec.Transport // the transport assembled (req's, or the default one)
 	remote    bool                   // cwd is on the kernel's host (ssh), not this machine

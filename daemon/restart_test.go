@@ -100,3 +100,74 @@ func TestARestartedDaemonResumesItsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAKeyedCellRunsOnceAcrossARestart: a cell sent under an Idempotency-Key runs once:
+// retried while it runs, after the daemon that sent it stopped mid-cell and another
+// resumed its kernel, and after it ended, every answer is that one run's (its counter
+// increment happened once). With the kernel gone, a cell the earlier daemon sent is
+// "unknown" and is not run again.
+func TestAKeyedCellRunsOnceAcrossARestart(t *testing.T) {
+	state := filepath.Join(shortDir(t), "state")
+	ctx := context.Background()
+	zero := int64(0)
+	code := "import time; time.sleep(1.5)\ncounter = globals().get('counter', 0) + 1\ncounter"
+	r := serveDetaching(t, daemon.Options{StateDir: state})
+	s := r.newSession(t)
+	rep, err := r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: code, BudgetMS: &zero})
+	if err != nil || rep.State != "detached" {
+		t.Fatalf("the first send: %+v, %v", rep, err)
+	}
+	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: "other"}); err == nil {
+		t.Fatalf("another cell under the same key: %+v, want a conflict", rep)
+	}
+	r.stop() // mid-cell: the kernel runs on
+
+	r = serveDetaching(t, daemon.Options{StateDir: state})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rep, err = r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: code})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.State == "settled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the keyed cell never settled after the restart: %+v", rep)
+		}
+	}
+	if rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "1" {
+		t.Fatalf("the keyed cell after the restart: %+v", rep)
+	}
+	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: code}); err != nil || rep.Cell == nil || *rep.Cell.Result != "1" {
+		t.Fatalf("a retry after the end: %+v, %v", rep, err)
+	}
+	got, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "counter"})
+	if err != nil || got.Cell == nil || *got.Cell.Result != "1" {
+		t.Fatalf("the counter: %+v, %v; want the cell run once", got, err)
+	}
+
+	// A cell sent, then its kernel killed while no daemon runs: unknown, not run again.
+	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k2", api.RunCell{Code: code, BudgetMS: &zero}); err != nil || rep.State != "detached" {
+		t.Fatalf("k2: %+v, %v", rep, err)
+	}
+	view, _ := r.c.Session(ctx, s.ID)
+	r.stop()
+	if err := testproc.Kill(*view.Kernel.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r = serveDetaching(t, daemon.Options{StateDir: state, StopKernels: true})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if rep, err = r.c.RunCellOnce(ctx, s.ID, "k2", api.RunCell{Code: code}); err != nil {
+			t.Fatal(err)
+		}
+		if rep.State == "unknown" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("k2 after its kernel was lost: %+v, want unknown", rep)
+		}
+	}
+	if got, err = r.c.RunCell(ctx, s.ID, api.RunCell{Code: "'counter' in dir()"}); err != nil || got.Cell == nil || *got.Cell.Result != "False" {
+		t.Fatalf("the fresh kernel ran the unknown cell: %+v, %v", got, err)
+	}
+}

@@ -146,6 +146,7 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 		req: req, spec: spec, remote: parts.Remote, created: rec.Created, parent: rec.Parent, wsDir: rec.Workspace,
 	}
 	_, e.resumable = parts.Transport.(transports.Reattacher)
+	e.epoch = rec.Epoch
 	rec.Kernel = nil
 	if err := k.store(rec); err != nil {
 		s.endSession(ctx, e)
@@ -366,6 +367,7 @@ func (s *Server) restore(ctx context.Context) {
 				var e *entry
 				if e, err = s.open(ctx, req, spec, trunc, rec); err == nil {
 					s.log.Debug("session restored; its kernel is reattached in the background", "session", e.id)
+					go s.redrive(e)
 					return
 				}
 			}

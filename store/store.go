@@ -11,12 +11,14 @@
 package store
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -169,12 +171,28 @@ func (s *Store) check() (err error) {
 		if sessions == nil {
 			return s.unreadable("no sessions bucket")
 		}
-		return sessions.ForEach(func(k, v []byte) error {
+		err := sessions.ForEach(func(k, v []byte) error {
 			var sess Session
 			if err := json.Unmarshal(v, &sess); err != nil || sess.ID != string(k) {
 				return s.unreadable(fmt.Sprintf("session %q: %v", k, err))
 			}
 			return nil
+		})
+		if err != nil {
+			return err
+		}
+		cells := tx.Bucket(bucketCells)
+		if cells == nil {
+			return nil
+		}
+		return cells.ForEachBucket(func(id []byte) error {
+			return cells.Bucket(id).ForEach(func(k, v []byte) error {
+				var c Cell
+				if err := json.Unmarshal(v, &c); err != nil || c.Key != string(k) {
+					return s.unreadable(fmt.Sprintf("cell %q of session %q: %v", k, id, err))
+				}
+				return nil
+			})
 		})
 	})
 }
@@ -253,9 +271,16 @@ func (s *Store) Update(id string, f func(*Session) error) error {
 	return nil
 }
 
-// Delete forgets session id (nothing when it is not stored).
+// Delete forgets session id and its cell records (nothing when it is not stored).
 func (s *Store) Delete(id string) error {
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSessions).Delete([]byte(id)) }); err != nil {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if root := tx.Bucket(bucketCells); root != nil && root.Bucket([]byte(id)) != nil {
+			if err := root.DeleteBucket([]byte(id)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketSessions).Delete([]byte(id))
+	}); err != nil {
 		return fmt.Errorf("delete session %s from %s: %w", id, s.path, err)
 	}
 	return nil
@@ -280,3 +305,149 @@ func (s *Store) Sessions() ([]Session, error) {
 
 // DefaultPath is the store's file in state directory dir.
 func DefaultPath(dir string) string { return filepath.Join(dir, "state.db") }
+
+// Cell is one idempotent cell request of a session (an Idempotency-Key on its POST): what
+// the daemon answers a retry with, across restarts.
+type Cell struct {
+	// Key is the request's idempotency key.
+	Key string `json:"key"`
+	// Cell is the cell's id in the kernel (the id its execute frame carries).
+	Cell string `json:"cell"`
+	// Code is the cell's code, to drive it again after a restart (a kernel answers a cell
+	// it finished by its done again, and ignores one it runs).
+	Code string `json:"code"`
+	// Job is the id of the job tracking it in the daemon that runs it now.
+	Job string `json:"job"`
+	// Epoch is the daemon start that Job belongs to.
+	Epoch uint64 `json:"epoch"`
+	// State is CellRunning, CellSettled or CellUnknown.
+	State string `json:"state"`
+	// Reply is the settled reply (the API's CellReply), once State is CellSettled.
+	Reply json.RawMessage `json:"reply,omitempty"`
+	// Seq orders a session's cell records (oldest first) for the bound.
+	Seq uint64 `json:"seq"`
+}
+
+// The states of a Cell.
+const (
+	CellRunning = "running"
+	CellSettled = "settled"
+	// CellUnknown: the cell was sent to a kernel that is gone; whether it ran is unknown,
+	// and it is never sent again.
+	CellUnknown = "unknown"
+)
+
+// MaxCells bounds the cell records a session keeps: the oldest go first.
+const MaxCells = 1024
+
+var bucketCells = []byte("cells")
+
+// PutCell stores c for session id, replacing the record of its key; a new record past
+// MaxCells makes the oldest go.
+func (s *Store) PutCell(id string, c Cell) error {
+	if c.Key == "" {
+		return fmt.Errorf("store cell: %w: no key", errdefs.ErrInvalidArgument)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucketIfNotExists(bucketCells)
+		if err != nil {
+			return err
+		}
+		bk, err := root.CreateBucketIfNotExists([]byte(id))
+		if err != nil {
+			return err
+		}
+		if old := bk.Get([]byte(c.Key)); old != nil {
+			var prev Cell
+			if json.Unmarshal(old, &prev) == nil {
+				c.Seq = prev.Seq
+			}
+		} else {
+			seq, err := bk.NextSequence()
+			if err != nil {
+				return err
+			}
+			c.Seq = seq
+			if bk.Stats().KeyN >= MaxCells {
+				if err := dropOldest(bk); err != nil {
+					return err
+				}
+			}
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(c.Key), b)
+	})
+	if err != nil {
+		return fmt.Errorf("store cell %q of session %s in %s: %w", c.Key, id, s.path, err)
+	}
+	return nil
+}
+
+// dropOldest deletes the record of the lowest Seq.
+func dropOldest(bk *bolt.Bucket) error {
+	var oldest []byte
+	var min uint64
+	err := bk.ForEach(func(k, v []byte) error {
+		var c Cell
+		if json.Unmarshal(v, &c) == nil && (oldest == nil || c.Seq < min) {
+			oldest, min = append([]byte(nil), k...), c.Seq
+		}
+		return nil
+	})
+	if err != nil || oldest == nil {
+		return err
+	}
+	return bk.Delete(oldest)
+}
+
+// CellOf returns session id's record of key (ok false when there is none).
+func (s *Store) CellOf(id, key string) (c Cell, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketCells)
+		if root == nil {
+			return nil
+		}
+		bk := root.Bucket([]byte(id))
+		if bk == nil {
+			return nil
+		}
+		raw := bk.Get([]byte(key))
+		if raw == nil {
+			return nil
+		}
+		ok = true
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return fmt.Errorf("state store %s: cell %q of session %s: %w: %v", s.path, key, id, ErrUnreadable, err)
+		}
+		return nil
+	})
+	return c, ok, err
+}
+
+// Cells lists session id's cell records, oldest first.
+func (s *Store) Cells(id string) ([]Cell, error) {
+	var out []Cell
+	err := s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketCells)
+		if root == nil {
+			return nil
+		}
+		bk := root.Bucket([]byte(id))
+		if bk == nil {
+			return nil
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			var c Cell
+			if err := json.Unmarshal(v, &c); err != nil {
+				return fmt.Errorf("state store %s: cell %q of session %s: %w: %v", s.path, k, id, ErrUnreadable, err)
+			}
+			out = append(out, c)
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b Cell) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, err
+}

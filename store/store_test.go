@@ -175,3 +175,37 @@ func TestTheStoreIsPrivateAndHeldByOne(t *testing.T) {
 		t.Fatalf("open of a 0644 store: %v, want permission denied", err)
 	}
 }
+
+// TestCellRecordsAreKeptBoundedAndGoWithTheirSession: a session's cell records read back
+// by key and in order; past MaxCells the oldest goes; deleting the session deletes them.
+func TestCellRecordsAreKeptBoundedAndGoWithTheirSession(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer s.Close()
+	if err := s.Put(store.Session{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range store.MaxCells + 3 {
+		if err := s.PutCell("s1", store.Cell{Key: fmt.Sprintf("k%d", i), Cell: fmt.Sprintf("c%d", i), State: store.CellRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutCell("s1", store.Cell{Key: "k5", Cell: "c5", State: store.CellSettled, Reply: []byte(`{"state":"settled"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	cells, err := s.Cells("s1")
+	if err != nil || len(cells) != store.MaxCells || cells[0].Key != "k3" || cells[2].Key != "k5" || cells[2].State != store.CellSettled {
+		t.Fatalf("%d records (first %+v), %v; want %d from k3, k5 settled in its place", len(cells), cells[0], err, store.MaxCells)
+	}
+	if _, ok, _ := s.CellOf("s1", "k0"); ok {
+		t.Fatal("the oldest record was kept past the bound")
+	}
+	if err := s.PutCell("s1", store.Cell{}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a record without a key: %v", err)
+	}
+	if err := s.Delete("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if cells, _ := s.Cells("s1"); len(cells) != 0 {
+		t.Fatalf("%d cell records outlived their session", len(cells))
+	}
+}

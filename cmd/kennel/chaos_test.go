@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/client"
+	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testproc"
+)
+
+// TestChaosSIGKILLedDaemonLosesNoCell: 20 local sessions under a load client whose every
+// cell increments its session's counter under an idempotency key of its own, retried with
+// that key through every failure; `kennel serve` is SIGKILLed at 10 random moments and
+// started again each time. At the end every cell was answered exactly once (a retry is
+// the same answer) or reported unknown, each session's counter equals the cells that
+// reported ok (none ran twice, none was lost), and every kernel is the one its session
+// started (none lost, none leaked).
+func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
+	const sessions, kills = 20, 10
+	base, err := os.MkdirTemp("", "kt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) }) // ends the kernels (their run directories go)
+	sock := filepath.Join(base, "run", "kennel.sock")
+	state := filepath.Join(base, "state")
+	var mu sync.Mutex
+	var daemon *exec.Cmd
+	var daemonDone chan struct{}
+	start := func() {
+		cmd := kennelCmd(t, t.TempDir(), "serve", "--socket", sock, "--state", state)
+		var errb syncBuf
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		mu.Lock()
+		daemon, daemonDone = cmd, done
+		mu.Unlock()
+		c := client.New(sock)
+		defer c.Close()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := c.Sessions(context.Background()); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kennel serve did not answer within 20 s; stderr:\n%s", errb.String())
+			}
+		}
+	}
+	start()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = testproc.Kill(daemon.Process.Pid, syscall.SIGTERM)
+		<-daemonDone
+	})
+	c := client.New(sock)
+	defer c.Close()
+	ctx := context.Background()
+	ids := make([]string, sessions)
+	for i := range ids {
+		s, err := c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir()}, client.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID
+	}
+	pids := kernelPIDs(t, c, ids)
+
+	// The load: each session's client sends keyed cells one after another until told to stop.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	oks := make([]int, sessions)
+	unknowns := make([]int, sessions)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lc := client.New(sock)
+			defer lc.Close()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("%s-%d", id, n)
+				code := "counter = globals().get('counter', 0) + 1\nimport time; time.sleep(" + strconv.FormatFloat(rand.Float64()*0.05, 'f', 3, 64) + ")\ncounter"
+				var first *api.CellReply
+				for deadline := time.Now().Add(60 * time.Second); ; {
+					rep, err := lc.RunCellOnce(ctx, id, key, api.RunCell{Code: code})
+					if err != nil || rep.State == "detached" {
+						if time.Now().After(deadline) {
+							t.Errorf("key %s: no answer within 60 s: %+v, %v", key, rep, err)
+							return
+						}
+						time.Sleep(20 * time.Millisecond) // the daemon is down or restarting: the same key again
+						continue
+					}
+					first = rep
+					break
+				}
+				// A second ask of the same key is the same answer.
+				for {
+					again, err := lc.RunCellOnce(ctx, id, key, api.RunCell{Code: code})
+					if err != nil || again.State == "detached" {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					if again.State != first.State || (first.Cell != nil && (again.Cell == nil || *again.Cell.Result != *first.Cell.Result)) {
+						t.Errorf("key %s answered %+v, then %+v", key, first, again)
+					}
+					break
+				}
+				switch {
+				case first.State == "settled" && first.Cell != nil && first.Cell.Status == "ok":
+					oks[i]++
+				case first.State == "unknown":
+					unknowns[i]++
+				default:
+					t.Errorf("key %s: %+v", key, first)
+				}
+			}
+		}()
+	}
+	for k := range kills {
+		time.Sleep(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+		mu.Lock()
+		cmd, done := daemon, daemonDone
+		mu.Unlock()
+		if err := testproc.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		t.Logf("kill %d", k+1)
+		start()
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	total := 0
+	for i, id := range ids {
+		rep, err := c.RunCell(ctx, id, api.RunCell{Code: "globals().get('counter', 0)"})
+		if err != nil || rep.Cell == nil || rep.Cell.Result == nil {
+			t.Fatalf("session %s: the counter: %+v, %v", id, rep, err)
+		}
+		if got := *rep.Cell.Result; got != strconv.Itoa(oks[i]) || unknowns[i] != 0 {
+			t.Errorf("session %s: counter %s, %d cells ok, %d unknown: want the counter to equal the cells ok, none unknown (no kernel was lost)", id, got, oks[i], unknowns[i])
+		}
+		total += oks[i]
+	}
+	after := kernelPIDs(t, c, ids)
+	for i := range ids {
+		if after[i] != pids[i] {
+			t.Errorf("session %s: kernel %d at the end, %d at the start: a kernel was lost", ids[i], after[i], pids[i])
+		}
+	}
+	t.Logf("%d cells ok through %d SIGKILLs of the daemon", total, kills)
+	// No kernel leaked: every kernel left is one of the sessions'.
+	var stray []int
+	all, _ := procfs.All()
+	mine := map[int]bool{}
+	for _, p := range pids {
+		mine[p] = true
+	}
+	for _, st := range all {
+		if !st.Zombie() && !mine[st.PID] && inRunDir(st.PID, base) {
+			stray = append(stray, st.PID)
+		}
+	}
+	if len(stray) > 0 {
+		t.Errorf("kernels of no session left running: %v", stray)
+	}
+}
+
+// kernelPIDs is each session's kernel pid, waiting for every one to run.
+func kernelPIDs(t *testing.T, c *client.Client, ids []string) []int {
+	t.Helper()
+	pids := make([]int, len(ids))
+	for i, id := range ids {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s, err := c.Session(context.Background(), id)
+			if err == nil && s.Kernel.State != nil && *s.Kernel.State == "running" && s.Kernel.PID != nil {
+				pids[i] = *s.Kernel.PID
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s: no running kernel: %+v, %v", id, s, err)
+			}
+		}
+	}
+	return pids
+}
+
+// inRunDir reports whether process pid's environment names a run directory under base.
+func inRunDir(pid int, base string) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(env, []byte("KENNEL_KERNEL_RUN="+base))
+}
