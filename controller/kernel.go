@@ -207,6 +207,15 @@ func (kc *kernelConn) read() {
 		kc.stdin.stop(kc.endErr())
 		return // let go: the kernel runs on, its end is another controller's to see
 	}
+	if dk, ok := kc.k.(transports.Detachable); ok && errdefs.IsUnavailable(err) && kc.ctx.Err() == nil {
+		// Out of reach is not gone (a host partitioned, a link that ran out of tries):
+		// the kernel is neither killed nor replaced; it is reached for again.
+		kc.s.log.Warn("the kernel is out of reach; reaching for it again in the background", "err", err)
+		kc.fail(fmt.Errorf("%w: %w", ErrKernelUnreachable, err))
+		kc.stdin.stop(kc.endErr())
+		kc.s.outOfReach(dk.Record())
+		return
+	}
 	var fault *gate.ProtocolFault
 	switch {
 	case errors.As(err, &fault):

@@ -32,6 +32,10 @@ var (
 	ErrWorkingDirNotDir = errdefs.ErrInvalidArgument.WithMessage("working directory is not a directory")
 	// ErrStale: the kernel runs another stub bundle or protocol than this controller.
 	ErrStale = errdefs.ErrUnavailable.WithMessage("kernel is stale")
+	// ErrKernelUnreachable: the kernel's link is out of reach (a host partitioned); the
+	// kernel may still run, and work in flight ends without its result. The session keeps
+	// reaching for the kernel (Reattaching) and starts no fresh one meanwhile.
+	ErrKernelUnreachable = errdefs.ErrUnavailable.WithMessage("kernel out of reach")
 	// ErrDetached: the session let its kernel go (Detach); the kernel runs on, and work in
 	// flight ends for this controller without its result.
 	ErrDetached = errdefs.ErrUnavailable.WithMessage("session detached from its kernel")
@@ -124,8 +128,8 @@ type Options struct {
 	Background bool
 	// ResumeFor bounds how long a resume out of reach is retried: past it the kernel has
 	// surely ended by its own grace, the record is forgotten without reaching for its
-	// host, and Origin says so. Zero means an hour and a minute (the default grace and a
-	// minute).
+	// host, and Origin says so. Zero means the record's Grace and a minute (an hour and a
+	// minute when the record does not say).
 	ResumeFor time.Duration
 	// OnKernel, when set, is told the record of each kernel generation that can be
 	// reattached (a transports.Detachable kernel) once its hello was checked, before
@@ -204,16 +208,14 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	s.ids.Store(opts.IDBase)
 	s.log = log.With("session", s.id)
 	s.resume = opts.Resume
-	if opts.ResumeFor <= 0 {
-		opts.ResumeFor = time.Hour + time.Minute
+	if opts.Resume != nil {
+		s.resumeBy = time.Now().Add(resumeFor(s.opts.ResumeFor, *opts.Resume))
 	}
-	s.resumeBy = time.Now().Add(opts.ResumeFor)
 	if err := s.initJobs(ctx); err != nil {
 		return nil, err
 	}
 	if opts.Background {
 		s.attaching.Store(true)
-		s.background = make(chan struct{})
 		go s.startInBackground()
 		return s, nil
 	}
@@ -224,13 +226,24 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	return s, nil
 }
 
+// resumeFor is how long a resume of rec out of reach is tried: Options.ResumeFor when
+// set, else the kernel's own grace and a minute (then an hour and a minute).
+func resumeFor(set time.Duration, rec transports.Record) time.Duration {
+	if set > 0 {
+		return set
+	}
+	if rec.Grace > 0 {
+		return rec.Grace + time.Minute
+	}
+	return time.Hour + time.Minute
+}
+
 // resumeBackoff paces the retries of a resume whose kernel is out of reach.
 var resumeBackoff = struct{ first, max time.Duration }{time.Second, 30 * time.Second}
 
 // startInBackground starts (or resumes) the first kernel of a Background session,
 // retrying a resume out of reach until it is reached, proven gone or given up.
 func (s *Session) startInBackground() {
-	defer close(s.background)
 	defer s.attaching.Store(false)
 	delay := resumeBackoff.first
 	for {
@@ -254,8 +267,24 @@ func (s *Session) startInBackground() {
 	}
 }
 
-// Reattaching reports that the session's first kernel is still being started or
-// resumed in the background (Options.Background).
+// outOfReach makes the kernel of rec, whose link is out of reach, the one to resume:
+// retried in the background for ResumeFor from now, and no fresh kernel started
+// meanwhile.
+func (s *Session) outOfReach(rec transports.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.resume != nil {
+		return
+	}
+	s.resume = &rec
+	s.resumeBy = time.Now().Add(resumeFor(s.opts.ResumeFor, rec))
+	if s.attaching.CompareAndSwap(false, true) {
+		go s.startInBackground()
+	}
+}
+
+// Reattaching reports that the session's kernel is being started or resumed in the
+// background: its first one (Options.Background), or one whose link went out of reach.
 func (s *Session) Reattaching() bool { return s.attaching.Load() }
 
 // CheckWorkingDir returns nil if dir names an existing directory, and otherwise one of

@@ -1,6 +1,9 @@
 package transports
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Record is what a controller keeps to reach a detached kernel again: from this process
 // after a Detach, or from a later controller process after this one ended. It is plain
@@ -23,6 +26,9 @@ type Record struct {
 	Leader uint64 `json:"leader"`
 	// Applied is the highest kernel frame seq the controller applied (link.Options.Applied).
 	Applied uint64 `json:"applied"`
+	// Grace is how long the kernel lives with nothing attached (sent in every attach):
+	// past it and a minute, a kernel out of reach has surely ended. Zero: unknown.
+	Grace time.Duration `json:"grace,omitempty"`
 	// Where is the transport's own locator of the kernel's host or sandbox (an ssh
 	// target, a container id), or "".
 	Where string `json:"where,omitempty"`

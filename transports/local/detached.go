@@ -123,7 +123,7 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 	lctx, cancel := context.WithTimeout(ctx, launchTimeout)
 	defer cancel()
 	k, err := t.attach(lctx, attachment{
-		rec:  transports.Record{Transport: Name, Kernel: id, RunDir: runDir, Token: token, PID: cmd.Process.Pid},
+		rec:  transports.Record{Transport: Name, Kernel: id, RunDir: runDir, Token: token, PID: cmd.Process.Pid, Grace: t.kernelGrace()},
 		dial: launch.Dial, child: true, exited: exited,
 		backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: int(launchTimeout / (100 * time.Millisecond))},
 		exit: func() (transports.Exit, error) {
@@ -186,7 +186,7 @@ func (t *Transport) attach(ctx context.Context, a attachment) (*detached, error)
 	kMu.Lock()
 	defer kMu.Unlock()
 	rec := a.rec
-	rec.PGID, rec.Leader = h.PGID, h.Leader
+	rec.PGID, rec.Leader, rec.Grace = h.PGID, h.Leader, t.kernelGrace()
 	k = &detached{
 		client: client,
 		rec:    rec,

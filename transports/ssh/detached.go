@@ -81,7 +81,7 @@ func (k *detachedKernel) open(ctx context.Context) error {
 		return err
 	}
 	h := client.Hello()
-	k.rec.PID, k.rec.PGID, k.rec.Leader = h.PID, h.PGID, h.Leader
+	k.rec.PID, k.rec.PGID, k.rec.Leader, k.rec.Grace = h.PID, h.PGID, h.Leader, t.kernelGrace()
 	k.client = client
 	k.Streams = linked.New(client)
 	k.watch = transports.NewWatch(transports.WatchSpec{

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -59,6 +60,7 @@ type Server struct {
 	SSHDPID int
 
 	conns atomic.Int64
+	veth  string // the proxy's end of a partitionable host's veth pair
 }
 
 // Connections returns how many TCP connections the proxy has accepted so far.
@@ -67,10 +69,69 @@ func (s *Server) Connections() int64 { return s.conns.Load() }
 // Start starts sshd behind a counting proxy and stops both at the end of the test. It
 // skips (fails under CI=true) when not root or when sshd, ssh-keygen, ssh or unshare is
 // missing.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return start(t, false) }
+
+// StartPartitionable is Start with sshd in a network namespace of its own, reached from
+// the proxy over a veth pair, so that Cut partitions the host (packets dropped, no
+// reset: what a network partition is) and Restore heals it. It also needs ip(8) and
+// network namespaces.
+func StartPartitionable(t testing.TB) *Server { return start(t, true) }
+
+// Cut partitions a StartPartitionable host: its veth link goes down, so every packet
+// between the proxy and sshd is lost until Restore.
+func (s *Server) Cut(t testing.TB) {
+	t.Helper()
+	if s.veth == "" {
+		t.Fatal("sshtest: Cut of a host not started partitionable")
+	}
+	ipRun(t, "link", "set", s.veth, "down")
+}
+
+// Restore heals Cut.
+func (s *Server) Restore(t testing.TB) {
+	t.Helper()
+	ipRun(t, "link", "set", s.veth, "up")
+}
+
+func ipRun(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("sshtest: ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// netns makes a network namespace and a veth pair into it for sshd: the proxy's end
+// 10.213.N.1/30 here, sshd's 10.213.N.2/30 there. Both go at the end of the test.
+func (s *Server) netns(t testing.TB) (ns, addr string) {
+	t.Helper()
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf("%x", b)
+	ns, peer := "ktssh"+tag, "ktb"+tag
+	s.veth = "kta" + tag
+	net := fmt.Sprintf("10.213.%d", b[0])
+	ipRun(t, "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ipRun(t, "link", "add", s.veth, "type", "veth", "peer", "name", peer)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", s.veth).Run() })
+	ipRun(t, "link", "set", peer, "netns", ns)
+	ipRun(t, "addr", "add", net+".1/30", "dev", s.veth)
+	ipRun(t, "link", "set", s.veth, "up")
+	ipRun(t, "-n", ns, "addr", "add", net+".2/30", "dev", peer)
+	ipRun(t, "-n", ns, "link", "set", peer, "up")
+	ipRun(t, "-n", ns, "link", "set", "lo", "up")
+	return ns, net + ".2"
+}
+
+func start(t testing.TB, partitionable bool) *Server {
 	t.Helper()
 	testneed.Root(t) // sshd must log in a user as itself
 	testneed.Tools(t, "/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare")
+	if partitionable {
+		testneed.Tools(t, "ip")
+	}
 
 	dir, err := os.MkdirTemp("", "kennel-sshtest-")
 	if err != nil {
@@ -120,15 +181,23 @@ func Start(t testing.TB) *Server {
 
 	var cmd *exec.Cmd
 	var logBuf *syncBuffer
+	listen, ns := "127.0.0.1", ""
+	if partitionable {
+		ns, listen = s.netns(t)
+	}
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		must(t, err)
-		s.SSHDAddr = "127.0.0.1:" + strconv.Itoa(port)
+		s.SSHDAddr = listen + ":" + strconv.Itoa(port)
 		conf := filepath.Join(dir, "sshd_config")
-		must(t, os.WriteFile(conf, []byte(sshdConfig(port, hostKey, authorized, filepath.Join(dir, "sshd.pid"))), 0o600))
+		must(t, os.WriteFile(conf, []byte(sshdConfig(listen, port, hostKey, authorized, filepath.Join(dir, "sshd.pid"))), 0o600))
 		logBuf = &syncBuffer{}
-		cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
-			`mount --bind "$1" /etc/passwd && exec /usr/sbin/sshd -D -e -f "$2"`, "sh", passwdFile, conf)
+		argv := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$1" /etc/passwd && exec /usr/sbin/sshd -D -e -f "$2"`, "sh", passwdFile, conf}
+		if ns != "" {
+			argv = append([]string{"ip", "netns", "exec", ns}, argv...)
+		}
+		cmd = exec.Command(argv[0], argv[1:]...)
 		cmd.Stdout = logBuf
 		cmd.Stderr = logBuf
 		must(t, cmd.Start())
@@ -161,8 +230,8 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-func sshdConfig(port int, hostKey, authorized, pidFile string) string {
-	return fmt.Sprintf(`ListenAddress 127.0.0.1:%d
+func sshdConfig(listen string, port int, hostKey, authorized, pidFile string) string {
+	return fmt.Sprintf(`ListenAddress %s:%d
 HostKey %s
 PidFile %s
 AuthorizedKeysFile %s
@@ -178,7 +247,8 @@ PrintLastLog no
 MaxSessions 64
 MaxStartups 64
 Subsystem sftp internal-sftp
-`, port, hostKey, pidFile, authorized)
+ClientAliveInterval 0
+`, listen, port, hostKey, pidFile, authorized)
 }
 
 // leanPasswd is /etc/passwd with root's home set to home and its shell to /bin/bash.
