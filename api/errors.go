@@ -41,6 +41,9 @@ const (
 	// (a daemon restart found it ended): whether it ran is unknown, and it is never sent
 	// again. A cell reply of state "unknown" carries it.
 	CodeUnknown Code = "unknown"
+	// CodeNoSpace: the daemon's state directory has no room to record the request (507);
+	// nothing was done, and what was recorded before is intact.
+	CodeNoSpace Code = "no_space"
 	// CodeInternal: anything else.
 	CodeInternal Code = "internal"
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/store"
 )
 
 // errInvalid is the class of a request the daemon refuses as malformed.
@@ -28,7 +29,7 @@ var errConflict = errdefs.ErrConflict
 // refused output read, a bad working directory, a frame over the protocol's limit); every
 // other one is answered by its errdefs class (errors.Is), the one error vocabulary of
 // kennel's packages: invalid argument 400, not found 404, conflict, already exists and
-// failed precondition 409, unavailable 503, anything else 500.
+// failed precondition 409, unavailable 503, a full state store 507, anything else 500.
 func toAPI(err error) *api.Error {
 	var ae *api.Error
 	if errors.As(err, &ae) {
@@ -61,6 +62,8 @@ func toAPI(err error) *api.Error {
 		e.Status, e.Code = http.StatusServiceUnavailable, api.CodeUnavailable
 	case errdefs.IsConflict(err), errdefs.IsAlreadyExists(err), errdefs.IsFailedPrecondition(err):
 		e.Status, e.Code = http.StatusConflict, api.CodeConflict
+	case errors.Is(err, store.ErrFull):
+		e.Status, e.Code = http.StatusInsufficientStorage, api.CodeNoSpace
 	}
 	return e
 }

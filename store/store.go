@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -40,7 +41,18 @@ var (
 	ErrLocked = errdefs.ErrConflict.WithMessage("state store in use by another process")
 	// ErrNoSession: no session of that id is stored.
 	ErrNoSession = errdefs.ErrNotFound.WithMessage("no such session in the store")
+	// ErrFull: the store's disk has no room for a write; the write changed nothing, and
+	// what was stored before is intact.
+	ErrFull = errdefs.ErrResourceExhausted.WithMessage("state store: no space left on its disk")
 )
+
+// writeErr classes a failed write: a full disk is ErrFull.
+func writeErr(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %w", ErrFull, err)
+	}
+	return err
+}
 
 var (
 	bucketMeta     = []byte("meta")
@@ -237,7 +249,7 @@ func (s *Store) Put(sess Session) error {
 		return fmt.Errorf("store session %s: %w", sess.ID, err)
 	}
 	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSessions).Put([]byte(sess.ID), b) }); err != nil {
-		return fmt.Errorf("store session %s in %s: %w", sess.ID, s.path, err)
+		return fmt.Errorf("store session %s in %s: %w", sess.ID, s.path, writeErr(err))
 	}
 	return nil
 }
@@ -266,7 +278,7 @@ func (s *Store) Update(id string, f func(*Session) error) error {
 		return bk.Put([]byte(id), b)
 	})
 	if err != nil {
-		return fmt.Errorf("update session %s in %s: %w", id, s.path, err)
+		return fmt.Errorf("update session %s in %s: %w", id, s.path, writeErr(err))
 	}
 	return nil
 }
@@ -281,7 +293,7 @@ func (s *Store) Delete(id string) error {
 		}
 		return tx.Bucket(bucketSessions).Delete([]byte(id))
 	}); err != nil {
-		return fmt.Errorf("delete session %s from %s: %w", id, s.path, err)
+		return fmt.Errorf("delete session %s from %s: %w", id, s.path, writeErr(err))
 	}
 	return nil
 }
@@ -381,7 +393,7 @@ func (s *Store) PutCell(id string, c Cell) error {
 		return bk.Put([]byte(c.Key), b)
 	})
 	if err != nil {
-		return fmt.Errorf("store cell %q of session %s in %s: %w", c.Key, id, s.path, err)
+		return fmt.Errorf("store cell %q of session %s in %s: %w", c.Key, id, s.path, writeErr(err))
 	}
 	return nil
 }
