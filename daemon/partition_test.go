@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,28 @@ func TestAPartitionedHostKeepsItsKernel(t *testing.T) {
 	if *after.Kernel.PID != *before.Kernel.PID {
 		t.Fatalf("the kernel was replaced across the partition: pid %d, then %d", *before.Kernel.PID, *after.Kernel.PID)
 	}
+}
+
+// TestAHostWithoutSFTPRunsCellsAndSaysWhyFilesCannot: an ssh host whose sshd has no SFTP
+// subsystem still gives a session whose cells run; its fs.* requests answer unavailable,
+// naming SFTP (not a misleading "unreachable" that fails the session).
+func TestAHostWithoutSFTPRunsCellsAndSaysWhyFilesCannot(t *testing.T) {
+	srv := sshtest.StartWith(t, sshtest.Options{NoSFTP: true})
+	kit := launch.New(launch.Options{Hosts: ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none"}})
+	t.Cleanup(func() { _ = kit.Close() })
+	r := serve(t, daemon.Options{Kit: kit})
+	ctx := context.Background()
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a session on a host without SFTP: %v", err)
+	}
+	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "6 * 7"})
+	if err != nil || rep.Cell == nil || *rep.Cell.Result != "42" {
+		t.Fatalf("a cell there: %+v, %v", rep, err)
+	}
+	rep, err = r.c.RunCell(ctx, s.ID, api.RunCell{Code: "from kennel import fs\ntry:\n    fs.read('x')\nexcept Exception as e:\n    print(type(e).__name__, e)"})
+	if err != nil || rep.Cell == nil || !strings.Contains(rep.Output.Text, "SFTP") || !strings.Contains(rep.Output.Text, "unavailable") {
+		t.Fatalf("fs.read there: %+v, %v; want an unavailable error naming SFTP", rep, err)
+	}
+	t.Logf("fs.read: %s", strings.TrimSpace(rep.Output.Text))
 }

@@ -399,14 +399,22 @@ func (k *Kit) ssh(ctx context.Context, spec *sessionspec.Transport, p *Parts) er
 	if dir == "" {
 		dir = probe.Home
 	}
+	var handler controller.HostHandler
 	fs, err := hosts.OpenFS(ctx, target+":"+dir, ssh.FSOptions{})
-	if err != nil {
+	switch {
+	case errors.Is(err, ssh.ErrNoSFTP):
+		// Cells run all the same; fs.* requests say why they cannot.
+		handler = ssh.NoSFTP{Host: target}
+		p.Warnings = append(p.Warnings, fmt.Sprintf("remote workspace %s:%s: %v: fs.* requests will answer unavailable", target, dir, err))
+	case err != nil:
 		return fmt.Errorf("remote workspace %s:%s: %w", target, dir, err)
+	default:
+		p.release = append(p.release, func() { _ = fs.Close() })
+		handler = fs
 	}
-	p.release = append(p.release, func() { _ = fs.Close() })
 	o := k.opts.SSH
 	o.Target = target
 	p.Transport = ssh.New(hosts, o)
-	p.Dir, p.Remote, p.SandboxDir, p.Handler, p.Python = dir, true, dir, fs, spec.Python
+	p.Dir, p.Remote, p.SandboxDir, p.Handler, p.Python = dir, true, dir, handler, spec.Python
 	return nil
 }

@@ -43,6 +43,9 @@ const (
 	// quota used up (ENOSPC, EDQUOT). The file it was writing keeps its old content and
 	// no partial file is left; it may succeed once there is room.
 	CodeNoSpace Code = "no_space"
+	// CodeUnavailable: the host cannot serve this kind of request for this kernel at all
+	// (a remote workspace whose host has no SFTP subsystem); the message says why.
+	CodeUnavailable Code = "unavailable"
 	// CodeInternal: the host failed; not the kernel's fault.
 	CodeInternal Code = "internal"
 )
@@ -52,7 +55,7 @@ func Codes() []Code {
 	return []Code{
 		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeInternal,
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeUnavailable, CodeInternal,
 	}
 }
 
@@ -61,7 +64,7 @@ func (c Code) Valid() bool {
 	switch c {
 	case CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
 		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeInternal:
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeUnavailable, CodeInternal:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -35,7 +36,9 @@ type detachedKernel struct {
 	runID  string
 	rec    transports.Record
 	info   transports.Info
-	watch  *transports.Watch
+	// unreachable: a remote signal found the host out of reach.
+	unreachable atomic.Bool
+	watch       *transports.Watch
 }
 
 // startDetached runs the start command with the block (KENNEL_KERNEL_RUN set) and the
@@ -190,6 +193,9 @@ func (k *detachedKernel) control(action string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := k.t.hosts.control(ctx, k.target, k.python, k.runID, action)
+	if errors.Is(err, ErrUnreachable) {
+		k.unreachable.Store(true)
+	}
 	return err
 }
 
@@ -198,7 +204,23 @@ func (k *detachedKernel) Info() transports.Info { return k.info }
 
 // Kill ends the kernel: shutdown over the link, then the remote TERM and KILL ladder; the
 // end is its link's proof that it is gone, then the run's sweep.
-func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
+//
+// The signals run on the remote host; when it is out of reach Kill's error says so, and
+// that the kernel's own grace ends it there (it ends unattached past its grace).
+func (k *detachedKernel) Kill(ctx context.Context) error {
+	err := k.watch.Kill(ctx)
+	if !k.unreachable.Load() {
+		return err
+	}
+	if err == nil {
+		// The ladder ran out by letting the link go: the end was not seen on the host.
+		if _, werr := k.watch.Wait(); !errors.Is(werr, link.ErrDetached) {
+			return werr
+		}
+		err = ErrUnreachable
+	}
+	return fmt.Errorf("kill detached kernel %s: %w: %s is out of reach, so the kernel could not be signalled there; with nothing attached it ends by itself within its grace (%v)", k.runID, err, k.target, k.t.kernelGrace())
+}
 
 // Wait blocks until the kernel is proven gone (or its link ended otherwise: after Detach
 // it returns an error matching link.ErrDetached, the kernel still running).

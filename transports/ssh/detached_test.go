@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,57 @@ func TestADetachedRemoteKernelOutlivesItsLinkThenItsGrace(t *testing.T) {
 	for deadline := time.Now().Add(15 * time.Second); testproc.Kill(kernel, 0) == nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the remote kernel %d outlived its 2 s grace by far", kernel)
+		}
+	}
+}
+
+// TestKillingAKernelOnAHostOutOfReachSaysItsGraceEndsIt: with the host partitioned, Kill
+// cannot signal the remote kernel: its error says the host is out of reach and that the
+// kernel's own grace ends it there.
+func TestKillingAKernelOnAHostOutOfReachSaysItsGraceEndsIt(t *testing.T) {
+	srv := sshtest.StartPartitionable(t)
+	hosts, err := ssh.NewHosts(ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none", KeepAlive: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hosts.Close() })
+	tr := ssh.New(hosts, ssh.Options{Target: sshtest.Alias, Detached: true, KernelGrace: 3 * time.Second, StdinGrace: 200 * time.Millisecond, TermGrace: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "outofreach", Dir: srv.Home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transporttest.NewClient(k)
+	hello, err := c.Hello()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := hello.Fields["pid"].(float64)
+	if pid <= 1 {
+		t.Fatalf("hello names pid %v", hello.Fields["pid"])
+	}
+	srv.Cut(t)
+	restored := false
+	defer func() {
+		if !restored {
+			srv.Restore(t)
+		}
+	}()
+	kctx, kcancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer kcancel()
+	err = k.Kill(kctx)
+	if err == nil || !strings.Contains(err.Error(), "out of reach") || !strings.Contains(err.Error(), "grace") {
+		t.Fatalf("Kill with the host out of reach: %v; want it to say so and that the kernel's grace ends it", err)
+	}
+	t.Logf("kill: %v", err)
+	// Healed, the host drops the dead connection and the kernel, alone, ends after its
+	// grace: nothing is left there.
+	srv.Restore(t)
+	restored = true
+	for deadline := time.Now().Add(60 * time.Second); testproc.Kill(int(pid), 0) == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the remote kernel %d still runs a minute after the partition healed", int(pid))
 		}
 	}
 }

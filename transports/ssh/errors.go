@@ -29,6 +29,9 @@ var (
 	// ErrHostKeyChanged: the host offered a key other than the one known_hosts holds for
 	// it. It also matches ErrNeedsAuth.
 	ErrHostKeyChanged = fmt.Errorf("host key changed: %w", ErrNeedsAuth)
+	// ErrNoSFTP: the host serves no SFTP subsystem, so its files cannot be reached for
+	// fs.* requests; cells still run there (see NoSFTP).
+	ErrNoSFTP = fmt.Errorf("no SFTP subsystem: %w", transports.ErrUnavailable)
 	// ErrInvalidTarget: a target that is not [user@]host[:port], or a workspace that is not
 	// [user@]host:/path.
 	ErrInvalidTarget = errors.New("invalid ssh target")

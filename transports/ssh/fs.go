@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/pkg/sftp"
+	xssh "golang.org/x/crypto/ssh"
 
 	"github.com/kennel-dev/kennel/fshost"
 	"github.com/kennel-dev/kennel/fshost/fsroot"
@@ -89,8 +90,11 @@ func (h *Hosts) OpenFS(ctx context.Context, workspace string, opts FSOptions) (*
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", workspace, err)
 	}
-	sc, err := sftp.NewClient(c)
+	sc, err := newSFTP(c)
 	if err != nil {
+		if errors.Is(err, ErrNoSFTP) {
+			return nil, fmt.Errorf("open workspace %s: %s: %w", workspace, t, err)
+		}
 		return nil, fmt.Errorf("open workspace %s: sftp on %s: %w: %w", workspace, t, err, ErrUnreachable)
 	}
 	root, err := sc.RealPath(dir)
@@ -407,3 +411,59 @@ func (f *FS) ReadFile(ctx context.Context, e fsroot.Entry, buf []byte, max int) 
 	}
 	return b.Bytes(), false, nil
 }
+
+// newSFTP starts an SFTP client on c (what sftp.NewClient does), telling a host that
+// refuses the subsystem (ErrNoSFTP) from a connection that failed.
+func newSFTP(c *xssh.Client) (*sftp.Client, error) {
+	sess, err := c.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.RequestSubsystem("sftp"); err != nil {
+		sess.Close()
+		// A refused request is a reply, so the connection works: the host has no SFTP.
+		if _, _, perr := c.SendRequest("keepalive@openssh.com", true, nil); perr == nil {
+			return nil, fmt.Errorf("%w: the host refused it (%v); fs.* requests need sshd's \"Subsystem sftp\" line", ErrNoSFTP, err)
+		}
+		return nil, err
+	}
+	w, err := sess.StdinPipe()
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	r, err := sess.StdoutPipe()
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	sc, err := sftp.NewClientPipe(r, w)
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	return sc, nil
+}
+
+// NoSFTP serves the fs.* requests of a kernel on a host without an SFTP subsystem: each
+// is answered with code "unavailable", saying so. Cells run as anywhere else.
+type NoSFTP struct {
+	// Host names the host in the answers.
+	Host string
+}
+
+// Serves reports whether typ is one of the fs.* types.
+func (n NoSFTP) Serves(typ string) bool { return strings.HasPrefix(typ, "fs.") }
+
+// Serve answers every request with an unavailable error naming SFTP.
+func (n NoSFTP) Serve(context.Context, string, json.RawMessage) (any, error) {
+	return nil, noSFTPError{host: n.Host}
+}
+
+type noSFTPError struct{ host string }
+
+func (e noSFTPError) Error() string {
+	return fmt.Sprintf("%s has no SFTP subsystem: fs.* requests reach a remote workspace through SFTP; ask its administrator for sshd's \"Subsystem sftp internal-sftp\"", e.host)
+}
+func (e noSFTPError) Code() string  { return "unavailable" }
+func (e noSFTPError) Unwrap() error { return ErrNoSFTP }

@@ -69,13 +69,22 @@ func (s *Server) Connections() int64 { return s.conns.Load() }
 // Start starts sshd behind a counting proxy and stops both at the end of the test. It
 // skips (fails under CI=true) when not root or when sshd, ssh-keygen, ssh or unshare is
 // missing.
-func Start(t testing.TB) *Server { return start(t, false) }
+func Start(t testing.TB) *Server { return StartWith(t, Options{}) }
+
+// Options choose a test host's variations.
+type Options struct {
+	// Partitionable puts sshd in a network namespace of its own (StartPartitionable).
+	Partitionable bool
+	// NoSFTP leaves sshd without its SFTP subsystem: a host whose files kennel cannot
+	// reach, though it runs kernels.
+	NoSFTP bool
+}
 
 // StartPartitionable is Start with sshd in a network namespace of its own, reached from
 // the proxy over a veth pair, so that Cut partitions the host (packets dropped, no
 // reset: what a network partition is) and Restore heals it. It also needs ip(8) and
 // network namespaces.
-func StartPartitionable(t testing.TB) *Server { return start(t, true) }
+func StartPartitionable(t testing.TB) *Server { return StartWith(t, Options{Partitionable: true}) }
 
 // Cut partitions a StartPartitionable host: its veth link goes down, so every packet
 // between the proxy and sshd is lost until Restore.
@@ -125,11 +134,12 @@ func (s *Server) netns(t testing.TB) (ns, addr string) {
 	return ns, net + ".2"
 }
 
-func start(t testing.TB, partitionable bool) *Server {
+// StartWith is Start with the variations opts chooses.
+func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	testneed.Root(t) // sshd must log in a user as itself
 	testneed.Tools(t, "/usr/sbin/sshd", "ssh", "ssh-keygen", "unshare")
-	if partitionable {
+	if opts.Partitionable {
 		testneed.Tools(t, "ip")
 	}
 
@@ -182,7 +192,7 @@ func start(t testing.TB, partitionable bool) *Server {
 	var cmd *exec.Cmd
 	var logBuf *syncBuffer
 	listen, ns := "127.0.0.1", ""
-	if partitionable {
+	if opts.Partitionable {
 		ns, listen = s.netns(t)
 	}
 	for attempt := 0; ; attempt++ {
@@ -190,7 +200,7 @@ func start(t testing.TB, partitionable bool) *Server {
 		must(t, err)
 		s.SSHDAddr = listen + ":" + strconv.Itoa(port)
 		conf := filepath.Join(dir, "sshd_config")
-		must(t, os.WriteFile(conf, []byte(sshdConfig(listen, port, hostKey, authorized, filepath.Join(dir, "sshd.pid"))), 0o600))
+		must(t, os.WriteFile(conf, []byte(sshdConfig(listen, port, hostKey, authorized, filepath.Join(dir, "sshd.pid"), !opts.NoSFTP)), 0o600))
 		logBuf = &syncBuffer{}
 		argv := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 			`mount --bind "$1" /etc/passwd && exec /usr/sbin/sshd -D -e -f "$2"`, "sh", passwdFile, conf}
@@ -230,7 +240,11 @@ func start(t testing.TB, partitionable bool) *Server {
 	return s
 }
 
-func sshdConfig(listen string, port int, hostKey, authorized, pidFile string) string {
+func sshdConfig(listen string, port int, hostKey, authorized, pidFile string, sftp bool) string {
+	sub := "Subsystem sftp internal-sftp\n"
+	if !sftp {
+		sub = ""
+	}
 	return fmt.Sprintf(`ListenAddress %s:%d
 HostKey %s
 PidFile %s
@@ -246,9 +260,7 @@ PrintMotd no
 PrintLastLog no
 MaxSessions 64
 MaxStartups 64
-Subsystem sftp internal-sftp
-ClientAliveInterval 0
-`, listen, port, hostKey, pidFile, authorized)
+%s`, listen, port, hostKey, pidFile, authorized, sub)
 }
 
 // leanPasswd is /etc/passwd with root's home set to home and its shell to /bin/bash.
