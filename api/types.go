@@ -84,7 +84,8 @@ type Session struct {
 type Kernel struct {
 	// State is "running" (a kernel said hello), "idle" (no kernel now; the next cell
 	// starts one), "reattaching" (a restarted daemon is reaching the session's kernel
-	// again; cells wait for it) or "closed".
+	// again; cells wait for it), "lost" (a restarted daemon found the session's kernel
+	// gone, Lost says why; the next cell starts a fresh one) or "closed".
 	State *string `json:"state"`
 	// Transport is the kernel's transport kind.
 	Transport *string `json:"transport"`
@@ -164,6 +165,10 @@ type CellReply struct {
 	// Upgrade, when set, says that the session's stale kernel was replaced just before
 	// this cell ran, and what of its namespace was carried over.
 	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// Lost, when set, says that the session's kernel had been lost (a restart found it
+	// gone, with the reason) and that this cell ran in a fresh one: the namespace before
+	// it is gone.
+	Lost *string `json:"lost,omitempty"`
 }
 
 // Cell is how a cell ended.

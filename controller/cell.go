@@ -67,6 +67,9 @@ type CellResult struct {
 	// Upgrade, when set, says that a stale kernel was replaced just before this cell ran
 	// (Session.Upgrade) and what of its namespace was carried over.
 	Upgrade *UpgradeNotice
+	// Lost, when set, says that the session's kernel had been lost (a restart found it
+	// gone) and that this cell started a fresh one: the namespace before it is gone.
+	Lost string
 }
 
 // cellRun is a cell in flight.
@@ -159,7 +162,7 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	if c.err != nil {
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
-	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: s.takeNotice()}, nil
+	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: s.takeNotice(), Lost: s.takeLost()}, nil
 }
 
 // forgetCell drops cell id, which was never sent, from the cells in flight.

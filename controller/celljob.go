@@ -80,7 +80,7 @@ func (r *jobRun) cellEnded() {
 		r.endWithout(c.err, jobs.End{})
 		return
 	}
-	res := &CellResult{ID: r.frameID, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: r.s.takeNotice()}
+	res := &CellResult{ID: r.frameID, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: r.s.takeNotice(), Lost: r.s.takeLost()}
 	r.mu.Lock()
 	r.result = res
 	r.mu.Unlock()

@@ -68,6 +68,12 @@ const maxRequestBytesInFlight = protocol.MaxLine
 // Whatever ends the generation later, its reader kills the kernel through the transport's
 // ladder and reaps it (Session.Close waits for that).
 func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
+	return s.launchKernel(ctx, false)
+}
+
+// launchKernel is startKernel; resumeOnly starts no fresh kernel: it returns nil (and no
+// error) when there is no kernel to resume or it was gone.
+func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelConn, error) {
 	stderr := newHeadTail(8 << 10)
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
@@ -76,7 +82,16 @@ func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
 		return nil, err
 	}
 	resumed := k != nil
+	if k == nil && resumeOnly {
+		return nil, nil
+	}
 	if k == nil {
+		if lost := s.Origin().Lost; lost != nil && !s.lostTold {
+			s.lostTold = true
+			s.originMu.Lock()
+			s.lostNotice = fmt.Sprintf("the session's kernel was lost (%v): this cell runs in a fresh kernel, and the namespace before it is gone", lost)
+			s.originMu.Unlock()
+		}
 		k, err = s.opts.Transport.Start(sctx, transports.Spec{
 			SessionID: s.id,
 			Dir:       s.opts.SandboxDir,

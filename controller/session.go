@@ -173,6 +173,8 @@ type Session struct {
 	origin     Origin
 	background chan struct{}  // closed when the background start has ended (Background)
 	notice     *UpgradeNotice // an upgrade's notice for the next cell's result (originMu)
+	lostNotice string         // the namespace-lost notice for the next cell's result (originMu)
+	lostTold   bool           // lostNotice was made (s.mu)
 }
 
 // Start validates opts, starts the first kernel and waits for its hello.
@@ -247,7 +249,7 @@ func (s *Session) startInBackground() {
 	defer s.attaching.Store(false)
 	delay := resumeBackoff.first
 	for {
-		_, err := s.kernel(context.Background())
+		err := s.resumeKernel(context.Background())
 		s.mu.Lock()
 		pending, closed := s.resume != nil, s.closed
 		s.mu.Unlock()
@@ -265,6 +267,37 @@ func (s *Session) startInBackground() {
 		}
 		delay = min(2*delay, resumeBackoff.max)
 	}
+}
+
+// resumeKernel reaches the kernel to resume, when there is one and no kernel runs; it
+// starts no fresh one (a kernel found gone leaves the session without one, Origin saying
+// why, until a cell needs one).
+func (s *Session) resumeKernel(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("session %s: %w", s.id, s.closedErr())
+	}
+	if (s.kc != nil && !s.kc.ended()) || s.resume == nil {
+		return nil
+	}
+	kc, err := s.launchKernel(ctx, true)
+	if err != nil || kc == nil {
+		return err
+	}
+	s.kc = kc
+	s.cur.Store(kc)
+	return nil
+}
+
+// takeLost returns, once, the notice that the session's kernel was lost and a fresh one
+// runs its cells.
+func (s *Session) takeLost() string {
+	s.originMu.Lock()
+	defer s.originMu.Unlock()
+	n := s.lostNotice
+	s.lostNotice = ""
+	return n
 }
 
 // outOfReach makes the kernel of rec, whose link is out of reach, the one to resume:

@@ -169,6 +169,10 @@ func replyOf(e *entry, jw controller.JobWait) api.CellReply {
 				reply.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
 			}
 			reply.Upgrade = toUpgrade(c.Upgrade)
+			if c.Lost != "" {
+				lost := c.Lost
+				reply.Lost = &lost
+			}
 		}
 		if jw.Err != nil {
 			reply.Error = toAPI(jw.Err)

@@ -77,11 +77,27 @@ func TestARestartedDaemonResumesItsSessions(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Fatalf("sessions after the second restart: %+v, %v; want the two not deleted", list, err)
 	}
-	res, err := r.c.RunCell(ctx, ids[1], api.RunCell{Code: "'x' in dir()"})
-	if err != nil || res.Cell == nil || res.Cell.Result == nil || *res.Cell.Result != "False" {
-		t.Fatalf("a fresh kernel's namespace: %+v, %v", res, err)
+	var got *api.Session
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if got, err = r.c.Session(ctx, ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		if *got.Kernel.State != "reattaching" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still reattaching after 20 s")
+		}
 	}
-	got, err := r.c.Session(ctx, ids[1])
+	if *got.Kernel.State != "lost" || got.Kernel.Lost == nil || got.Kernel.PID != nil {
+		t.Fatalf("the session whose kernel was killed, before a cell: %+v; want state lost with the reason, no kernel started", got.Kernel)
+	}
+	res, err := r.c.RunCell(ctx, ids[1], api.RunCell{Code: "'x' in dir()"})
+	if err != nil || res.Cell == nil || res.Cell.Result == nil || *res.Cell.Result != "False" || res.Lost == nil {
+		t.Fatalf("a fresh kernel's namespace: %+v, %v; want False and the notice that the namespace was lost", res, err)
+	}
+	t.Logf("the cell's notice: %s", *res.Lost)
+	got, err = r.c.Session(ctx, ids[1])
 	if err != nil || got.Kernel.Lost == nil || got.Kernel.Origin == nil || *got.Kernel.Origin != "fresh" {
 		t.Fatalf("the session whose kernel was killed: %+v, %v; want a fresh kernel and why the old was lost", got, err)
 	}

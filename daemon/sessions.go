@@ -294,6 +294,8 @@ func (s *Server) describe(e *entry) api.Session {
 		state = "closed"
 	case e.sess.Reattaching():
 		state = "reattaching"
+	case e.sess.Origin().Lost != nil:
+		state = "lost" // until a cell starts a fresh kernel
 	}
 	origin := "fresh"
 	if o := e.sess.Origin(); o.Resumed {

@@ -198,6 +198,9 @@ exits 3. With --json each cell's reply is printed as JSON instead.`,
 				if err != nil {
 					return err
 				}
+				if rep.Lost != nil && !f.json {
+					fmt.Fprintf(errOut, "kennel: %s\n", *rep.Lost)
+				}
 				if u := rep.Upgrade; u != nil && !f.json {
 					fmt.Fprintf(errOut, "kennel: the session's kernel (build %.12s) was replaced by one of the daemon's build (%.12s) before this cell; carried over: %s; left behind: %s\n",
 						u.From, u.To, strings.Join(u.Carried, ", "), strings.Join(u.Left, ", "))
