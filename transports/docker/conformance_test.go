@@ -32,3 +32,17 @@ func TestConformanceExec(t *testing.T) {
 		s.Dir = "/tmp"
 	}), transporttest.WithTimeout(30*time.Second))
 }
+
+// TestDetachedConformanceExec runs the suite against detached exec-mode kernels, in an
+// operator-managed container: each kernel forked by its start exec and reached over its
+// socket through bridges, execs beside it, the run directories under /tmp/kennel-run in
+// the container.
+func TestDetachedConformanceExec(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	box := sleepingBox(t, cli, map[string]string{"dev.kennel.test": "box"})
+	transporttest.Run(t, func(t *testing.T) transports.Transport {
+		return newTransport(t, cli, docker.Options{Container: box, RunDir: "/tmp/kennel-run"})
+	}, transporttest.WithSpec(func(t *testing.T, s *transports.Spec) {
+		s.Dir = "/tmp"
+	}), transporttest.WithTimeout(30*time.Second))
+}

@@ -14,8 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -41,9 +43,16 @@ type detachedKernel struct {
 	*linked.Streams
 	client *link.Client
 	info   transports.Info
-	runDir string
+	rec    transports.Record
 	watch  *transports.Watch
+	// stopWait, when set, ends the watch of the container's end (once it is released).
+	stopWait context.CancelFunc
 }
+
+var (
+	_ transports.Detachable = (*detachedKernel)(nil)
+	_ transports.Reattacher = (*Transport)(nil)
+)
 
 func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec transports.Spec) (_ transports.Kernel, err error) {
 	image, err := t.Image()
@@ -112,21 +121,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	// What the kernel says on stderr before its kernel.log takes over: a failed start's why.
 	early := &headBuffer{limit: 4096}
 	go func() { _, _ = stdcopy.StdCopy(io.Discard, early, att.Reader) }()
-	exited := make(chan struct{})
-	var exit transports.Exit
-	var waitErr error
-	go func() {
-		defer close(exited)
-		w := t.cli.ContainerWait(context.Background(), id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-		select {
-		case r := <-w.Result:
-			exit.Code = int(r.StatusCode)
-		case err := <-w.Error:
-			if !errors.Is(err, io.EOF) {
-				waitErr = fmt.Errorf("wait container %.12s: %w", id, err)
-			}
-		}
-	}()
+	exited, result := t.waitContainer(context.Background(), id)
 	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -143,7 +138,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
 		select {
 		case <-exited:
-			if exit.Code == 126 || exit.Code == 127 { // the interpreter could not be run
+			if exit, _ := result(); exit.Code == 126 || exit.Code == 127 { // the interpreter could not be run
 				err = fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
 			}
 		default:
@@ -151,7 +146,41 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 		return nil, fmt.Errorf("attach to detached kernel in container %.12s: %w (stderr %q, kernel.log %q)", id, err, early.String(), log)
 	}
 	launch.Started()
-	k := &detachedKernel{client: cl, runDir: runDir, info: transports.Info{Transport: Name, ID: id}}
+	h := cl.Hello()
+	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: id}
+	return t.runDetached(cl, rec, exited, result, nil), nil
+}
+
+// waitContainer watches container id's end: exited is closed once the engine reports it
+// not running (or ctx ends), and result then says how it ended.
+func (t *Transport) waitContainer(ctx context.Context, id string) (exited <-chan struct{}, result func() (transports.Exit, error)) {
+	done := make(chan struct{})
+	var exit transports.Exit
+	var waitErr error
+	go func() {
+		defer close(done)
+		w := t.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		select {
+		case r := <-w.Result:
+			exit.Code = int(r.StatusCode)
+		case err := <-w.Error:
+			if !errors.Is(err, io.EOF) {
+				waitErr = fmt.Errorf("wait container %.12s: %w", id, err)
+			}
+		}
+	}()
+	return done, func() (transports.Exit, error) {
+		<-done
+		return exit, waitErr
+	}
+}
+
+// runDetached makes the kernel of a run-mode container (rec.Where) reached over cl; its
+// end is the container's (exited, result); stopWait, when set, ends that watch once the
+// kernel is released.
+func (t *Transport) runDetached(cl *link.Client, rec transports.Record, exited <-chan struct{}, result func() (transports.Exit, error), stopWait context.CancelFunc) *detachedKernel {
+	id, runDir := rec.Where, rec.RunDir
+	k := &detachedKernel{client: cl, rec: rec, info: transports.Info{Transport: Name, ID: id}, stopWait: stopWait}
 	k.Streams = linked.New(cl)
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
@@ -176,7 +205,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 		},
 		Reap: func(func() bool) (transports.Exit, error) {
 			<-exited
-			return exit, waitErr
+			return result()
 		},
 		Release: func(_ transports.Exit, err error) error {
 			cl.Close()
@@ -185,11 +214,96 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 			if rerr := remove(ctx, t.cli, id); rerr != nil && err == nil {
 				err = rerr
 			}
+			// The engine may be removing it already (AutoRemove): the end is its absence.
+			if gerr := waitRemoved(ctx, t.cli, id); gerr != nil && err == nil {
+				err = gerr
+			}
 			_ = os.RemoveAll(runDir)
+			if k.stopWait != nil {
+				k.stopWait()
+			}
 			return err
 		},
 	})
-	return k, nil
+	return k
+}
+
+// Reattach reaches a detached kernel again from its record, as a controller started
+// after the one that started it does; the record must be one of this transport's mode.
+// In run mode rec.Where is the kernel's container (a detached kennel container, else
+// errdefs.ErrInvalidArgument) and rec.RunDir its run directory on this host, a child of
+// Options.RunDir: the controller dials its kernel.sock as Start's link does, and the
+// kernel's end is the container's. In exec mode rec.Where is the container the kernel
+// runs in and rec.RunDir its run directory there, a child of Options.RunDir: the kernel
+// is reached through bridges, execs of python3 beside it.
+//
+// A kernel proven gone is an error matching errdefs.ErrNotFound: its container gone or
+// stopped, no kernel at its socket (then its run directory and, in run mode, its
+// container are removed), or a refused attach (a wrong token: nothing is touched). An
+// engine out of reach is errdefs.ErrUnavailable. ctx bounds only the attach.
+func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	if t.opts.Container != "" {
+		if rec.Where == "" {
+			return nil, fmt.Errorf("reattach docker kernel %q: an exec-mode record names its container: %w", rec.Kernel, cerrdefs.ErrInvalidArgument)
+		}
+		k, err := t.bridged(rec.Where, "python3").Reattach(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	return t.reattachRun(ctx, rec)
+}
+
+// reattachRun is Reattach in run mode.
+func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	root := t.opts.RunDir
+	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || rec.Where == "" || root == "" ||
+		filepath.Clean(rec.RunDir) != rec.RunDir || filepath.Dir(rec.RunDir) != filepath.Clean(root) || filepath.Base(rec.RunDir) != rec.Kernel {
+		return nil, fmt.Errorf("reattach docker kernel %q: not a record of this transport's (a container, a run directory under %q): %w", rec.Kernel, root, cerrdefs.ErrInvalidArgument)
+	}
+	ins, err := t.cli.ContainerInspect(ctx, rec.Where, client.ContainerInspectOptions{})
+	gone := func(why error) (transports.Kernel, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if !cerrdefs.IsNotFound(err) {
+			_ = remove(rctx, t.cli, rec.Where)
+		}
+		_ = os.RemoveAll(rec.RunDir) // a kernel still there ends within a second
+		return nil, fmt.Errorf("reattach docker kernel %s in container %.12s: %w", rec.Kernel, rec.Where, why)
+	}
+	switch {
+	case cerrdefs.IsNotFound(err):
+		return gone(fmt.Errorf("%w: the container is gone", link.ErrGone))
+	case err != nil:
+		return nil, fmt.Errorf("reattach docker kernel %s: inspect container %.12s: %w", rec.Kernel, rec.Where, classify(err))
+	case ins.Container.Config == nil || ins.Container.Config.Labels[LabelKennel] != "1" || ins.Container.Config.Labels[LabelDetached] != "1":
+		return nil, fmt.Errorf("reattach docker kernel %s: container %.12s is no detached kernel's: %w", rec.Kernel, rec.Where, cerrdefs.ErrInvalidArgument)
+	case ins.Container.State == nil || !ins.Container.State.Running:
+		return gone(fmt.Errorf("%w: the container has stopped", link.ErrGone))
+	}
+	wctx, stopWait := context.WithCancel(context.Background())
+	exited, result := t.waitContainer(wctx, rec.Where)
+	cl, err := link.Open(ctx, link.Options{
+		Kernel: rec.Kernel, Token: rec.Token, Grace: kernelGrace(t.opts.KernelGrace), Applied: rec.Applied,
+		Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")),
+	})
+	if err != nil {
+		stopWait()
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return gone(err)
+		}
+		return nil, fmt.Errorf("reattach docker kernel %s in container %.12s: %w", rec.Kernel, rec.Where, err)
+	}
+	h := cl.Hello()
+	if rec.PID > 0 && (h.PID != rec.PID || h.PGID != rec.PGID || h.Leader != rec.Leader) {
+		cl.Close()
+		stopWait()
+		return nil, fmt.Errorf("reattach docker kernel %s: its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
+			rec.Kernel, h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
+	}
+	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
+	return t.runDetached(cl, rec, exited, result, stopWait), nil
 }
 
 // numericUser reads "uid:gid" (or "uid", the gid then the same).
@@ -220,11 +334,20 @@ func (k *detachedKernel) Info() transports.Info { return k.info }
 // KILL after StopGrace), then its removal; confirmed by the container's end.
 func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 
-// Wait blocks until the container has stopped and is removed.
+// Wait blocks until the container has stopped and is removed. A kernel let go (Detach)
+// is still watched: its Wait reports the container's end, which the engine tells.
 func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 
 // Detach closes the link; the kernel and its container run on for its grace.
 func (k *detachedKernel) Detach() error { return k.client.Close() }
+
+// Record is what reattaching takes (Where is the container's id), with the frames
+// applied so far.
+func (k *detachedKernel) Record() transports.Record {
+	rec := k.rec
+	rec.Applied = k.client.Applied()
+	return rec
+}
 
 // Link is the kernel's link.
 func (k *detachedKernel) Link() *link.Client { return k.client }

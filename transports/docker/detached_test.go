@@ -21,11 +21,18 @@ func detachedOptions(t *testing.T) docker.Options {
 }
 
 // TestDetachedConformance: detached run-mode kernels, reached over kernel.sock in their
-// bind-mounted run directories, pass the suite every transport passes.
+// bind-mounted run directories, pass the suite every transport passes (the transports
+// of one case share their run directory root, as a restarted controller's do).
 func TestDetachedConformance(t *testing.T) {
 	cli := dockerneed.KernelEngine(t)
+	roots := map[string]docker.Options{}
 	transporttest.Run(t, func(t *testing.T) transports.Transport {
-		return newTransport(t, cli, detachedOptions(t))
+		o, ok := roots[t.Name()]
+		if !ok {
+			o = detachedOptions(t)
+			roots[t.Name()] = o
+		}
+		return newTransport(t, cli, o)
 	}, transporttest.WithSpec(func(t *testing.T, s *transports.Spec) {
 		s.Dir = "/tmp"
 	}), transporttest.WithTimeout(30*time.Second))
@@ -85,4 +92,52 @@ func TestADetachedContainerEndsAfterItsGraceOrItsRunDirectory(t *testing.T) {
 		_ = os.RemoveAll(filepath.Join(o.RunDir, e.Name()))
 	}
 	t.Logf("run directory removed: container gone %v after", gone(kept, 10*time.Second).Round(time.Millisecond))
+}
+
+// TestReattachRunMode: a run-mode record whose container is gone is errdefs.ErrNotFound
+// (its run directory removed); one naming a container that is no detached kernel's is
+// refused (errdefs.ErrInvalidArgument) and the container left alone.
+func TestReattachRunMode(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	o := detachedOptions(t)
+	tr := newTransport(t, cli, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "reattach" + strconv.Itoa(os.Getpid()), Dir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transporttest.NewClient(k)
+	if _, err := c.Hello(); err != nil {
+		t.Fatal(err)
+	}
+	rec := k.(transports.Detachable).Record()
+	if rec.Where != k.Info().ID || filepath.Dir(rec.RunDir) != o.RunDir {
+		t.Fatalf("record %+v: want the container's id and a run directory under %s", rec, o.RunDir)
+	}
+	if err := k.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.End(10 * time.Second)
+	if err := os.MkdirAll(rec.RunDir, 0o700); err != nil { // what a crash may leave
+		t.Fatal(err)
+	}
+	if _, err := newTransport(t, cli, o).Reattach(ctx, rec); !cerrdefs.IsNotFound(err) {
+		t.Errorf("reattach to a removed container: %v, want errdefs.ErrNotFound", err)
+	}
+	if _, err := os.Stat(rec.RunDir); !os.IsNotExist(err) {
+		t.Errorf("the run directory of a gone kernel: %v, want removed", err)
+	}
+	box := sleepingBox(t, cli, map[string]string{"dev.kennel.test": "box"})
+	other := rec
+	other.Where = box
+	if _, err := newTransport(t, cli, o).Reattach(ctx, other); !cerrdefs.IsInvalidArgument(err) {
+		t.Errorf("reattach naming another container: %v, want errdefs.ErrInvalidArgument", err)
+	}
+	if ins, err := cli.ContainerInspect(ctx, box, client.ContainerInspectOptions{}); err != nil || !ins.Container.State.Running {
+		t.Errorf("the other container was touched: %v", err)
+	}
 }

@@ -61,4 +61,36 @@
 // start (`kennel run --docker`, `kennel serve`): it connects to the engine itself and
 // answers at once, or within DefaultPingTimeout, with an error matching
 // transports.ErrUnavailable when there is no engine to reach.
+//
+// # Detached kernels
+//
+// With Options.RunDir kernels are detached (docs/protocol.md, "Protocol 2"): each
+// outlives its connection and its controller, and Transport.Reattach reaches it again
+// from its transports.Record (one method for both modes, the Transport's own mode
+// deciding how).
+//
+// In run mode the run directory is on this host (RunDir/<id>, given to the kernel's
+// user) and bind-mounted into the container at ContainerRunRoot/<id>: the kernel binds
+// kernel.sock there and the controller dials it across the container boundary. The
+// container (LabelDetached, no controller's labels, removed by the engine when the kernel
+// exits) outlives the controller; Record.Where is its id. Kill sends shutdown over the
+// link, then stops and removes the container; Wait reports the container's end, which the
+// engine tells, also for a kernel let go (Detach). A Reattach whose container is gone or
+// stopped, or whose socket has no kernel, finds it gone (errdefs.ErrNotFound) and
+// removes what is left (the container, the run directory).
+//
+// In exec mode RunDir is a path in Options.Container and the kernel is reached through
+// bridges, as the wrapped transport's are (transports/wrapped, "Detached kernels"): the
+// start exec runs the start program with the bridge before it, reads the start block
+// (Spec.Dir and the kernel's environment: never an exec's Env, which inspect shows),
+// forks the kernel, and once the kernel's socket answers relays its attached stream to it,
+// the link's first connection; every later connection is an exec of the bridge's attach
+// (exit status 3: no kernel there, which proves it gone), the signals are execs of its
+// signal (TERM, then KILL of the kernel's group, checked against the hello's pid, group
+// and leader start time in the container's pid namespace), and a gone kernel's run
+// directory goes with an exec of its cleanup. The kernel is reparented to the container's
+// init when the start exec ends, so it lives while the container runs; killing an exec
+// (or its attach connection) never touches it. Record.Where is the container; a
+// container gone or stopped proves its kernels gone. Info.ID is the container, ':' and
+// the kernel's run directory.
 package docker

@@ -47,7 +47,7 @@ func newTransport(t testing.TB, cli client.APIClient, o docker.Options) *docker.
 
 // sleepingBox starts a container of the kernel image that sleeps, with labels, and
 // removes it when the test ends if it is still there.
-func sleepingBox(t *testing.T, cli *client.Client, labels map[string]string) string {
+func sleepingBox(t testing.TB, cli *client.Client, labels map[string]string) string {
 	t.Helper()
 	b, err := images.Stub()
 	if err != nil {

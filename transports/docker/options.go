@@ -106,13 +106,17 @@ type Options struct {
 	// SIGKILL. Zero means transports.Grace. Whole seconds (rounded up); negative means 0.
 	StopGrace time.Duration
 
-	// RunDir, when set, makes run-mode kernels detached (docs/protocol.md, "Protocol 2"):
-	// each gets a run directory under RunDir (on this host), bind-mounted into its
-	// container at ContainerRunRoot/<id> and given to the kernel's user, whose
-	// kernel.sock the controller dials across the container boundary; the container
-	// outlives the controller (removed by the engine once the kernel exits) and is not a
-	// dead controller's to sweep. The kernel's User must be numeric and the controller
-	// able to chown (root). Empty keeps kernels on the attached stream.
+	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"), an
+	// absolute path. In run mode each kernel gets a run directory under RunDir (on this
+	// host), bind-mounted into its container at ContainerRunRoot/<id> and given to the
+	// kernel's user, whose kernel.sock the controller dials across the container
+	// boundary; the container outlives the controller (removed by the engine once the
+	// kernel exits) and is not a dead controller's to sweep. The kernel's User must be
+	// numeric and the controller able to chown (root). In exec mode RunDir is a path
+	// inside Options.Container, under which the kernel's start exec makes its run
+	// directory (as Options.User; RunDir itself 0700 when it is made), and the kernel is
+	// reached through bridges, execs beside it (see the package doc, "Detached
+	// kernels"). Empty keeps kernels on the attached stream.
 	RunDir string
 	// KernelGrace is how long a detached kernel lives with nothing attached (zero: one
 	// hour).
@@ -197,6 +201,11 @@ func (o Options) check() error {
 		}
 		if strings.ContainsAny(m.Host+m.Sandbox, ",\x00") {
 			return &transports.FieldError{Field: field, Reason: fmt.Sprintf("%q at %q: a comma or NUL in a path", m.Host, m.Sandbox)}
+		}
+	}
+	if o.RunDir != "" {
+		if err := transports.CheckPath("Options.RunDir", o.RunDir); err != nil {
+			return err
 		}
 	}
 	if o.Network != "" && (strings.HasPrefix(o.Network, "container:") || o.Network == "host") {

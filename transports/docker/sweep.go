@@ -94,6 +94,22 @@ func remove(ctx context.Context, cli client.APIClient, id string) error {
 	return nil
 }
 
+// waitRemoved waits until container id no longer exists (a removal under way, by
+// AutoRemove or another call, has finished) or ctx ends.
+func waitRemoved(ctx context.Context, cli client.APIClient, id string) error {
+	for {
+		_, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %.12s still there: %w", id, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // DefaultPingTimeout bounds Connect's first contact with the engine when
 // ConnectOptions.PingTimeout is zero.
 const DefaultPingTimeout = 3 * time.Second

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"path"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -48,6 +49,9 @@ func New(cli client.APIClient, opts Options) (*Transport, error) {
 	}
 	opts.Mounts = append(opts.Mounts[:0:0], opts.Mounts...)
 	exec := opts.Container != ""
+	if opts.RunDir != "" {
+		opts.RunDir = path.Clean(opts.RunDir)
+	}
 	return &Transport{cli: cli, opts: opts, bundle: sync.OnceValues(func() (bundleCache, error) {
 		b, err := images.Stub()
 		if err != nil {
@@ -66,11 +70,11 @@ func New(cli client.APIClient, opts Options) (*Transport, error) {
 // Name returns "docker".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports only whether kernels are detached (Options.RunDir, run mode): a
+// Capabilities reports only whether kernels are detached (Options.RunDir, either mode): a
 // container has its own environment, pids and file system (the path map's mounts are its
 // bind mounts).
 func (t *Transport) Capabilities() transports.Capabilities {
-	return transports.Capabilities{Detached: t.opts.RunDir != "" && t.opts.Container == ""}
+	return transports.Capabilities{Detached: t.opts.RunDir != ""}
 }
 
 // Image returns the kernel image run mode uses.
@@ -103,6 +107,10 @@ func (t *Transport) Image() (string, error) {
 // environment and Spec.Dir as its working directory, and sends the bundle over stdin
 // before the first frame. A Spec refused before anything ran is a
 // *transports.FieldError (errdefs.ErrInvalidArgument).
+//
+// With Options.RunDir the kernel is detached in either mode (see the package doc,
+// "Detached kernels"): Start returns once its link's first handshake is made, and the
+// kernel is a transports.Detachable.
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("start docker kernel %q: %w", spec.SessionID, err)
@@ -115,7 +123,9 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		return nil, fmt.Errorf("start docker kernel %q: %w", spec.SessionID, err)
 	}
 	var k transports.Kernel
-	if t.opts.Container != "" {
+	if t.opts.Container != "" && t.opts.RunDir != "" {
+		k, err = t.startExecDetached(ctx, bc, spec)
+	} else if t.opts.Container != "" {
 		k, err = t.startExec(ctx, bc, spec)
 	} else if t.opts.RunDir != "" {
 		k, err = t.startDetached(ctx, bc, spec)

@@ -63,4 +63,58 @@
 // --unshare-pid, a container) ends every process in it when the kernel ends, while a
 // plain process wrapper (setsid) leaves a process a cell started by itself and detached
 // from the kernel (subprocess.Popen with start_new_session, a double fork) running.
+//
+// # Detached kernels
+//
+// With Options.RunDir (a sandbox path) kernels are detached (docs/protocol.md, "Protocol
+// 2"): each outlives its connection and its controller, and is reached again from its
+// transports.Record by a later controller (Transport.Reattach). The controller cannot
+// dial a socket in the sandbox, so a bridge does: a small program of the transports'
+// start kit run under the wrapper beside the kernel, `python -I -S -c BRIDGE ACTION ...`,
+// whose stdin and stdout are one connection to the kernel's socket.
+//
+//   - Start runs the kernel command with the bridge before the start program: the
+//     command reads the start block (with KENNEL_KERNEL_RUN and the run directory
+//     RunDir/<id>, which it makes 0700), forks the kernel, which reads the bundle and a
+//     token from the same stdin, leads a session of its own and binds kernel.sock; once
+//     the socket answers the command writes a ready line and relays its stdio to it. That
+//     is the link's first connection (link.Client; frames through
+//     transports/internal/linked); the controller writes nothing after the token before
+//     the ready line.
+//   - Every later connection (after a cut, or by Reattach) is an attach bridge run
+//     under the wrapper: `attach RUN`. It exits with status 3 before any byte when no
+//     kernel is there (no run directory or socket: the kernel ended; a socket nobody
+//     listens on: it was killed), which proves the kernel gone (link.ErrGone); any other
+//     failure is retried with the protocol's backoff.
+//   - Killing a bridge, its wrapper or the wrapper's process group never touches the
+//     kernel: it is in its own session, and the link reattaches through a fresh bridge.
+//   - Kill sends shutdown over the link and waits StdinGrace, then runs a signal bridge
+//     with TERM for the kernel's group and waits TermGrace, then with KILL (the kernel
+//     stopped, everything below it and its group SIGKILLed; the kernel is its processes'
+//     subreaper, so that is all of them), each checked inside the sandbox against the
+//     hello's pid, group and leader start time, so a reused pid is never signalled. The
+//     end is confirmed only by the link proving the kernel gone; a cleanup bridge then
+//     removes its run directory. Wait reports Exit{} (the exit status is the sandbox's),
+//     and after Detach an error matching link.ErrDetached: the kernel runs on, for
+//     Options.KernelGrace with nothing attached.
+//   - Info.ID is the kernel's run directory; Info.PID is 0.
+//
+// A wrapper keeps a detached kernel alive only if a process may outlive the command it
+// ran: a plain process wrapper (setsid, env), `docker exec -i box` (the kernel is
+// reparented to the container's init), bwrap without --unshare-pid (with or without
+// --die-with-parent, which ends only the command). Each bridge must also see the same
+// run directory (a path bound into every invocation, not a per-invocation tmpfs such as
+// bwrap's --tmpfs /tmp) and the kernel's pid namespace (for the signals). So:
+//
+//   - A wrapper whose pid namespace ends with its first command cannot keep a kernel:
+//     bwrap --unshare-pid --die-with-parent, `unshare --pid --fork --kill-child`, a
+//     `docker run` per command. The kernel dies when the start command ends, at the end
+//     of the first connection (a cut, Detach); its Wait then reports ErrKilledOutside
+//     (the kernel left its socket: it was killed, not ended), and a Reattach finds no
+//     kernel, its bridge saying the socket was left by a killed kernel.
+//   - A wrapper that makes a pid namespace per command but keeps it while a process
+//     lives (bwrap --unshare-pid alone) keeps the kernel and its connections, but no
+//     signal bridge can reach it (exit status 4: the pid file the start command wrote
+//     records another pid namespace); Kill then relies on the shutdown and the stub's
+//     EOF grace, and says so in its error when ctx ends first.
 package wrapped

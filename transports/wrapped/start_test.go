@@ -27,7 +27,7 @@ func TestArgvCarriesNoSpecValue(t *testing.T) {
 			env = append(env, "K"+string(rune('A'+i))+"="+v)
 		}
 		dir := "/" + rapid.StringMatching(`[a-z]{6,12}`).Draw(t, "dir")
-		argv, preamble, err := tr.plan(bc, specOf(dir, env), "python3")
+		argv, preamble, err := tr.plan(bc, specOf(dir, env), "python3", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,4 +51,36 @@ func TestArgvCarriesNoSpecValue(t *testing.T) {
 			t.Fatalf("preamble of %d bytes, want the block of %q and the bundle (%v)", len(preamble), env, err)
 		}
 	})
+}
+
+// A detached kernel's command runs the start program with the bridge before it, and its
+// block names the run directory both as the directory to make and as KENNEL_KERNEL_RUN,
+// with no owner for the kernel to watch; still no value of Spec.Env in the argv.
+func TestADetachedPlanCarriesTheRunDirectoryInTheBlock(t *testing.T) {
+	tr := New(Options{ArgvPrefix: []string{"setsid"}, RunDir: "/run/k"})
+	bc, err := tr.bundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, preamble, err := tr.plan(bc, specOf("/work", []string{"SECRET=s3cr3t-value"}), "python3", "/run/k/0011223344556677")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := kernelstart.DetachedProgram(images.BootstrapProgram()); !slices.Contains(argv, want) {
+		t.Fatalf("argv %.200q does not run the detached start program", argv)
+	}
+	for _, a := range argv {
+		if strings.Contains(a, "s3cr3t-value") {
+			t.Fatalf("argv element %.60q holds a Spec.Env value", a)
+		}
+	}
+	want, err := kernelstart.Block{Dir: "/work", Run: "/run/k/0011223344556677", Env: kernelstart.Env{
+		Base: []string{"PATH=" + DefaultPath}, Stub: images.KernelEnv(bc.bundle), Detached: "/run/k/0011223344556677",
+	}.Build([]string{"SECRET=s3cr3t-value"})}.Encode()
+	if err != nil || !bytes.HasPrefix(preamble, want) {
+		t.Fatalf("preamble does not start with the detached block (%v)", err)
+	}
+	if !bytes.Contains(want, []byte(images.EnvRun+"=/run/k/0011223344556677\x00")) || bytes.Contains(want, []byte(images.EnvOwner+"=")) {
+		t.Fatalf("block %q: want KENNEL_KERNEL_RUN and no owner", want)
+	}
 }

@@ -78,6 +78,18 @@ type Options struct {
 	// has exited (something in the sandbox still holding them) before they are ended for
 	// the reader. Zero means transports.Grace; negative means no wait.
 	DrainGrace time.Duration
+
+	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"): a
+	// sandbox path (absolute) under which each kernel's run directory is made by its
+	// start command (0700, RunDir itself 0700 when it is made). Each kernel then outlives
+	// its connection and its controller, reached over kernel.sock through bridges run
+	// under the wrapper (see the package doc, "Detached kernels"); the wrapper must let a
+	// process outlive its first one. Empty keeps kernels on the wrapper's stdio, ending
+	// with it.
+	RunDir string
+	// KernelGrace is how long a detached kernel lives with nothing attached (sent in
+	// every attach). Zero means DefaultKernelGrace.
+	KernelGrace time.Duration
 }
 
 // Transport starts kernels under a wrapper command. It is safe for concurrent use.
@@ -120,10 +132,11 @@ func (t *Transport) Options() Options {
 // Name returns "wrapped".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports none: a wrapped kernel has its own environment, its own pids
-// and its own view of the file system (the caller maps paths).
+// Capabilities reports only whether kernels are detached (Options.RunDir): a wrapped
+// kernel has its own environment, its own pids and its own view of the file system (the
+// caller maps paths).
 func (t *Transport) Capabilities() transports.Capabilities {
-	return transports.Capabilities{}
+	return transports.Capabilities{Detached: t.opts.RunDir != ""}
 }
 
 // Start launches the wrapper with the kernel command after its prefix and returns once
@@ -151,6 +164,11 @@ func (t *Transport) Capabilities() transports.Capabilities {
 // found only by the kernel: it exits without a hello (127 from env; from the start
 // program 3 for no stub at StubDir, 4 for a directory it cannot enter, 2 otherwise),
 // saying why on stderr.
+//
+// With Options.RunDir the kernel is detached (see the package doc, "Detached kernels"):
+// Start returns once the link's first handshake, over the kernel command's own stdio, is
+// made, and such a failure is Start's error instead (transports.ErrUnavailable for 126
+// and 127). The kernel is then a transports.Detachable with a Link, not a *Kernel.
 func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
@@ -163,7 +181,14 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
-	argv, preamble, err := t.plan(bc, spec, python)
+	if t.opts.RunDir != "" {
+		k, err := t.startDetached(ctx, bc, spec, python)
+		if err != nil {
+			return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
+		}
+		return k, nil
+	}
+	argv, preamble, err := t.plan(bc, spec, python, "")
 	if err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
@@ -197,6 +222,11 @@ func (t *Transport) check(spec transports.Spec) (python string, err error) {
 			return "", err
 		}
 	}
+	if t.opts.RunDir != "" {
+		if err := transports.CheckPath("Options.RunDir", t.opts.RunDir); err != nil {
+			return "", err
+		}
+	}
 	if len(t.opts.ArgvPrefix) > 0 {
 		if _, err := exec.LookPath(t.opts.ArgvPrefix[0]); err != nil {
 			return "", fmt.Errorf("wrapper %q: %w: %w", t.opts.ArgvPrefix[0], transports.ErrUnavailable, err)
@@ -205,8 +235,10 @@ func (t *Transport) check(spec transports.Spec) (python string, err error) {
 	return python, nil
 }
 
-// plan returns the host argv and what is written to stdin before the first frame.
-func (t *Transport) plan(bc bundleCache, spec transports.Spec, python string) (argv []string, preamble []byte, err error) {
+// plan returns the host argv and what is written to stdin before the first frame; for
+// a detached kernel (runDir, its run directory, set) the start program is preceded by
+// the bridge, and the token is the caller's to append.
+func (t *Transport) plan(bc bundleCache, spec transports.Spec, python, runDir string) (argv []string, preamble []byte, err error) {
 	stub := images.KernelEnv(bc.bundle)
 	program, arg := images.BootstrapProgram(), []string{bc.bundle.Hash()}
 	if t.opts.StubDir != "" {
@@ -217,8 +249,8 @@ func (t *Transport) plan(bc bundleCache, spec transports.Spec, python string) (a
 		}
 	}
 	startEnv := append([]string{"PATH=" + DefaultPath}, stub...)
-	env := kernelstart.Env{Base: startEnv[:1], Stub: stub, EOFGrace: t.opts.EOFGrace}
-	block, err := kernelstart.Block{Dir: spec.Dir, Stub: t.opts.StubDir, Env: env.Build(spec.Env)}.Encode()
+	env := kernelstart.Env{Base: startEnv[:1], Stub: stub, EOFGrace: t.opts.EOFGrace, Detached: runDir}
+	block, err := kernelstart.Block{Dir: spec.Dir, Stub: t.opts.StubDir, Run: runDir, Env: env.Build(spec.Env)}.Encode()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -226,7 +258,11 @@ func (t *Transport) plan(bc bundleCache, spec transports.Spec, python string) (a
 	if !t.opts.InheritWrapperEnv {
 		argv = append(append(argv, "env", "-i"), startEnv...)
 	}
-	argv = append(append(argv, python, "-I", "-S", "-c", kernelstart.Program(program)), arg...)
+	start := kernelstart.Program(program)
+	if runDir != "" {
+		start = kernelstart.DetachedProgram(program)
+	}
+	argv = append(append(argv, python, "-I", "-S", "-c", start), arg...)
 	preamble = block
 	if t.opts.StubDir == "" {
 		preamble = append(block, bc.payload...)

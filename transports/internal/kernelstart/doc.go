@@ -9,6 +9,14 @@
 //	argv := []string{python, "-I", "-S", "-c", kernelstart.Program(images.BootstrapProgram()), b.Hash()}
 //	// stdin: block, then what the next program reads (the bundle), then the frames.
 //
+// For a detached kernel behind a wrapper or in a container's exec (the wrapped
+// transport, Docker exec mode) the kit has the bridge (bridge.py): BridgeProgram, the
+// program beside the kernel whose stdio is one connection to its socket (attach), which
+// signals its group (signal) and removes its run directory (cleanup); DetachedProgram,
+// the start program whose command relays to the kernel it forked; and Bridged and
+// BridgedKernel, the detached kernel of such a transport over any Runner (how it runs a
+// command in its sandbox).
+//
 // The spec check and the kill bookkeeping are the transports package's own
 // (transports.CheckSpec, transports.Watch).
 package kernelstart

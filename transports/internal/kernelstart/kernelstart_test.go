@@ -326,8 +326,9 @@ sys.stdout.write(json.dumps({"pid": os.getpid(), "argv": sys.argv, "cwd": os.get
 		if b.Run != "" {
 			rec, err := os.ReadFile(filepath.Join(b.Run, "pid"))
 			f := strings.Fields(string(rec))
-			if err != nil || len(f) != 2 || f[0] != strconv.Itoa(got.PID) || f[1] == "-" {
-				rt.Fatalf("pid record %q, %v; want %d and a start time", rec, err, got.PID)
+			ns, _ := os.Readlink("/proc/self/ns/pid")
+			if err != nil || len(f) != 3 || f[0] != strconv.Itoa(got.PID) || f[1] == "-" || f[2] != ns {
+				rt.Fatalf("pid record %q, %v; want %d, a start time and the pid namespace %s", rec, err, got.PID, ns)
 			}
 			if fi, err := os.Stat(b.Run); err != nil || fi.Mode().Perm() != 0o700 {
 				rt.Fatalf("run directory: %v, %v", fi, err)

@@ -9,10 +9,12 @@
 #   "KEY=VALUE" entry per environment variable.
 #
 # In order: a stub directory must hold the stub (kennel/), else exit 3. A run directory
-# is made (0700, new; its parent 0700 as needed) and its file "pid" records the pid and
-# the start time (field 22 of /proc/self/stat, "-" without /proc): the kernel leads its
-# process group, so the pid names the group its transport signals, and the start time
-# tells it from a later process given the same pid. The environment is replaced whole:
+# is made (0700, new; its parent 0700 as needed) and its file "pid" records the pid, the
+# start time (field 22 of /proc/self/stat, "-" without /proc) and the pid namespace
+# (/proc/self/ns/pid's link, "-" without it): the kernel leads its process group, so the
+# pid names the group its transport signals, the start time tells it from a later process
+# given the same pid, and the namespace tells whether a command run later sees that pid.
+# The environment is replaced whole:
 # os.environ is cleared, the kept variables that were set are put back, then the entries
 # in order (a later one of a key wins), so nothing else the wrapper or the login shell
 # set is left. It changes to the directory (exit 4 when it cannot) and hands the stub's
@@ -54,13 +56,20 @@ def _kennel_start():
     if stub and not os.path.isdir(os.path.join(stub, b"kennel")):
         fail(b"no stub in " + stub, 3)
     detached = dict(entries).get(b"KENNEL_KERNEL_RUN")
+    # The bridge (bridge.py), when the program put it before this one: taken out of the
+    # program's globals either way, so nothing after this program sees it.
+    bridge = globals().pop("_kennel_bridge", None)
     if detached:
         # A detached kernel (docs/protocol.md, "Protocol 2") outlives this command: the
         # kernel is a child that goes on alone; this process waits for its socket, then
         # exits 0 (3 when the kernel ended first), so the remote command ends while the
-        # kernel runs. The token that follows the block on stdin is the child's to read.
+        # kernel runs. With the bridge it instead connects to the socket and relays this
+        # command's stdin and stdout to it: the kernel's first connection. The token that
+        # follows the block on stdin is the child's to read.
         child = os.fork()
         if child:
+            if bridge is not None:
+                bridge([b"start", detached], child)  # relays, then exits
             import time
 
             sock = os.path.join(detached, b"kernel.sock")
@@ -81,8 +90,12 @@ def _kennel_start():
                     start = f.read().rpartition(b")")[2].split()[19].decode("ascii")
             except (OSError, IndexError):
                 start = "-"
+            try:
+                namespace = os.readlink("/proc/self/ns/pid")
+            except OSError:
+                namespace = "-"
             with open(os.path.join(run, b"pid"), "w") as f:
-                f.write("%d %s\n" % (os.getpid(), start))
+                f.write("%d %s %s\n" % (os.getpid(), start, namespace))
         except OSError as exc:
             fail(b"run directory: " + str(exc).encode("utf-8", "replace"))
     kept = [(k, os.environb[k]) for k in keep.split(b",") if k and k in os.environb]

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/kennel-dev/kennel/internal/testneed"
@@ -92,6 +93,52 @@ func Bwrap(t testing.TB, base wrapped.Options) *Sandbox {
 	t.Helper()
 	dir := realTempDir(t)
 	base.ArgvPrefix = BwrapPrefix(t, dir, SandboxDir)
+	if base.Python == "" {
+		base.Python = SandboxPython(t)
+	}
+	return newSandbox(t, base, dir, SandboxDir)
+}
+
+// RunRoot is where BwrapDetached's sandbox sees its run directory root.
+const RunRoot = "/run/kennel"
+
+// SetsidDetached is Setsid with detached kernels: base.RunDir is runDir, a host
+// directory (the plain process wrapper's sandbox is the host), or a fresh one when empty.
+// Transports made with the same runDir reach each other's kernels (Reattach).
+func SetsidDetached(t testing.TB, base wrapped.Options, runDir string) *Sandbox {
+	t.Helper()
+	if runDir == "" {
+		runDir = realTempDir(t)
+	}
+	base.RunDir = filepath.Join(runDir, "run")
+	return Setsid(t, base)
+}
+
+// BwrapDetachedPrefix is BwrapPrefix for detached kernels: no pid namespace of the
+// sandbox's own (each bwrap command would get another, where the kernel's pids name no
+// process, and with --die-with-parent its end would end the kernel; --die-with-parent
+// alone ends only the command), and the host directory runDir bound at RunRoot, outside
+// the private /tmp of each bwrap, so that every command of the transport sees the same
+// run directories.
+func BwrapDetachedPrefix(t testing.TB, hostDir, sandboxDir, runDir string) []string {
+	t.Helper()
+	argv := BwrapPrefix(t, hostDir, sandboxDir)
+	argv = slices.DeleteFunc(argv, func(a string) bool { return a == "--unshare-pid" })
+	return slices.Insert(argv, len(argv)-1, "--bind", runDir, RunRoot)
+}
+
+// BwrapDetached returns a transport under bubblewrap whose kernels are detached
+// (BwrapDetachedPrefix of runDir, a host directory, or a fresh one when empty;
+// base.RunDir is RunRoot), with Bwrap's path map. Transports made with the same runDir
+// reach each other's kernels (Reattach).
+func BwrapDetached(t testing.TB, base wrapped.Options, runDir string) *Sandbox {
+	t.Helper()
+	if runDir == "" {
+		runDir = realTempDir(t)
+	}
+	dir := realTempDir(t)
+	base.ArgvPrefix = BwrapDetachedPrefix(t, dir, SandboxDir, runDir)
+	base.RunDir = RunRoot
 	if base.Python == "" {
 		base.Python = SandboxPython(t)
 	}
