@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -41,6 +42,7 @@ var cases = []testCase{
 	{"SpecRefused", testSpecRefused},
 	{"CutAndReattach", testCutAndReattach},
 	{"DetachAndReattach", testDetachAndReattach},
+	{"HostCallAcrossACut", testHostCallAcrossACut},
 }
 
 func testHello(t *testing.T, s *suite) {
@@ -128,6 +130,55 @@ func testCutAndReattach(t *testing.T, s *suite) {
 	}
 	if got := ss.value(t, "x + before"); got != "83" {
 		t.Fatalf("the namespace after the reattach: x + before = %s, want 83", got)
+	}
+	if n := l.Link().Attaches(); n < 2 {
+		t.Fatalf("%d attaches: the cut did not cut", n)
+	}
+}
+
+// A host call in flight when a detached kernel's connection is cut is seen once and
+// answered once: the request came before the cut, the reply goes after it (through the
+// link's outbox), and the cell that waited on it prints the answer once. Only for
+// transports whose kernels are Detached.
+func testHostCallAcrossACut(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	if !tr.Capabilities().Detached {
+		t.Skip("kernels not detached: no link to cut")
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	l, ok := ss.k.(interface{ Link() *link.Client })
+	if !ok {
+		t.Fatalf("a detached kernel (%T) has no Link", ss.k)
+	}
+	id, err := ss.c.Send("import kennel\nr = kennel.host_request('echo', n=7)\nprint('answer', r['n'])")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests, out := 0, ""
+	for {
+		f, err := ss.c.Next()
+		if err != nil {
+			t.Fatalf("waiting for the host call: %v", err)
+		}
+		if f.Event() == "host_request" {
+			requests++
+			l.Link().Drop()
+			reply, _ := json.Marshal(map[string]any{"type": "host_reply", "id": f.ID(), "status": "ok", "result": map[string]any{"n": 7}})
+			if _, err := ss.k.Stdin().Write(append(reply, '\n')); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if f.Event() == "stream" {
+			out += f.Str("text")
+		}
+		if f.Event() == "done" && f.ID() == id {
+			break
+		}
+	}
+	if requests != 1 || out != "answer 7\n" {
+		t.Fatalf("%d host requests seen, output %q: want the request once and its answer once", requests, out)
 	}
 	if n := l.Link().Attaches(); n < 2 {
 		t.Fatalf("%d attaches: the cut did not cut", n)
