@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/api"
+	kclient "github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/internal/testproc"
+	"github.com/kennel-dev/kennel/store"
 )
 
 // TestARestartedDaemonResumesItsSessions: a daemon stopped gracefully lets its kernels
@@ -185,5 +188,56 @@ func TestAKeyedCellRunsOnceAcrossARestart(t *testing.T) {
 	}
 	if got, err = r.c.RunCell(ctx, s.ID, api.RunCell{Code: "'counter' in dir()"}); err != nil || got.Cell == nil || *got.Cell.Result != "False" {
 		t.Fatalf("the fresh kernel ran the unknown cell: %+v, %v", got, err)
+	}
+}
+
+// TestARestartedDaemonResumesADockerKernelAndSweepsOneNoRecordHolds: two Docker sessions
+// let go by a graceful stop; one is forgotten by the store meanwhile. The next daemon
+// resumes the other (its container, its namespace) and its sweep removes the container
+// no record holds.
+func TestARestartedDaemonResumesADockerKernelAndSweepsOneNoRecordHolds(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	state := filepath.Join(shortDir(t), "state")
+	ctx := context.Background()
+	r := serveDetaching(t, daemon.Options{StateDir: state})
+	var ids []string
+	for range 2 {
+		s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}, kclient.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = 'kept'"}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	r.stop()
+	for _, id := range ids {
+		if n := containersOf(t, cli, id); n != 1 {
+			t.Fatalf("session %s: %d containers after the graceful stop, want its one running on", id, n)
+		}
+	}
+	st, err := store.Open(store.DefaultPath(state))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	r = serveDetaching(t, daemon.Options{StateDir: state, StopKernels: true})
+	rep, err := r.c.RunCell(ctx, ids[0], api.RunCell{Code: "x"})
+	if err != nil || rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "'kept'" {
+		t.Fatalf("the resumed Docker session: %+v, %v", rep, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); containersOf(t, cli, ids[1]) != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the container no record holds (session %s) is still there 30 s after the restart", ids[1])
+		}
+	}
+	r.stop()
+	if n := containersOf(t, cli, ids[0]); n != 0 {
+		t.Fatalf("%d containers left after a --stop-kernels shutdown", n)
 	}
 }

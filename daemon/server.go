@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -345,7 +346,7 @@ func (s *Server) sweep(ctx context.Context) {
 	go func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dockerSweepTimeout)
 		defer cancel()
-		res, err := s.opts.Kit.SweepDocker(sctx)
+		res, err := s.opts.Kit.SweepDocker(sctx, s.heldContainers())
 		switch {
 		case errors.Is(err, transports.ErrUnavailable):
 			s.log.Debug("docker sweep skipped: no engine", "err", err)
@@ -355,6 +356,34 @@ func (s *Server) sweep(ctx context.Context) {
 			s.log.Info("docker sweep: removed the containers of controllers that are gone", "removed", len(res.Removed), "kept", res.Kept)
 		}
 	}()
+}
+
+// heldContainers says which containers the store's kernel records name: the detached
+// Docker kernels a session still has. It reads the store once, when called; with a
+// store that cannot be read it holds every container (nothing is removed).
+func (s *Server) heldContainers() func(string) bool {
+	recs, err := s.store.Sessions()
+	if err != nil {
+		s.log.Warn("docker sweep: reading the store", "err", err)
+		return func(string) bool { return true }
+	}
+	held := map[string]bool{}
+	for _, r := range recs {
+		if k := r.Kernel; k != nil && k.Transport == "docker" && k.Where != "" {
+			held[k.Where] = true
+		}
+	}
+	return func(id string) bool {
+		if held[id] {
+			return true
+		}
+		for w := range held { // a record may hold a short id
+			if strings.HasPrefix(id, w) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // endSession closes e's session and frees its setup; the metrics count its jobs' bytes.

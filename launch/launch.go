@@ -2,9 +2,12 @@ package launch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -73,6 +76,9 @@ func New(opts Options) *Kit {
 		}
 		if opts.Docker.RunDir == "" {
 			opts.Docker.RunDir = opts.RunDir
+		}
+		if opts.Docker.DetachedOwner == "" {
+			opts.Docker.DetachedOwner = DetachedOwner(opts.RunDir)
 		}
 		opts.SSH.Detached = true
 	}
@@ -357,8 +363,26 @@ func (k *Kit) engineClient(ctx context.Context) (*client.Client, error) {
 // SweepDocker removes the containers of controllers of this host that are gone, as a
 // controller does when it starts (kennel serve). With no engine reachable it returns an
 // error matching transports.ErrUnavailable at once and changes nothing.
-func (k *Kit) SweepDocker(ctx context.Context) (docker.SweepResult, error) {
-	return docker.SweepEngine(ctx, docker.EngineSweepOptions{ConnectOptions: k.opts.Engine})
+//
+// held, when not nil, says which detached kernels' containers a record of this Kit's
+// state still holds: the Kit's other detached containers (labelled with its
+// DetachedOwner) are removed too.
+func (k *Kit) SweepDocker(ctx context.Context, held func(containerID string) bool) (docker.SweepResult, error) {
+	o := docker.EngineSweepOptions{ConnectOptions: k.opts.Engine}
+	if held != nil {
+		o.Owner, o.Held = k.opts.Docker.DetachedOwner, held
+	}
+	return docker.SweepEngine(ctx, o)
+}
+
+// DetachedOwner is the owner label of the detached containers of a state whose run
+// directory is runDir: a digest of its absolute path.
+func DetachedOwner(runDir string) string {
+	if abs, err := filepath.Abs(runDir); err == nil {
+		runDir = abs
+	}
+	sum := sha256.Sum256([]byte(runDir))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Hosts returns the ssh connections and probe cache the Kit's ssh sessions share,

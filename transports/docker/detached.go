@@ -37,6 +37,10 @@ const ContainerRunRoot = "/run/kennel"
 // no sweep of a dead controller's containers takes it.
 const LabelDetached = "dev.kennel.detached"
 
+// LabelDetachedOwner names the controller state a detached kernel's container belongs to
+// (Options.DetachedOwner).
+const LabelDetachedOwner = "dev.kennel.detached.owner"
+
 // detachedKernel is a run-mode kernel reached over kernel.sock in its bind-mounted run
 // directory.
 type detachedKernel struct {
@@ -100,6 +104,9 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 		}
 	}
 	opts.Config.Labels[LabelDetached] = "1"
+	if t.opts.DetachedOwner != "" {
+		opts.Config.Labels[LabelDetachedOwner] = t.opts.DetachedOwner
+	}
 	opts.HostConfig.AutoRemove = true
 	opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: runDir, Target: inside})
 	id, att, err := t.launch(ctx, opts, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})

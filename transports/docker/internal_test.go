@@ -103,8 +103,28 @@ func TestSweepable(t *testing.T) {
 		{"no owner labels", map[string]string{LabelKennel: "1"}, false},
 	}
 	for _, c := range cases {
-		if got := sweepable(c.labels, SweepOptions{Self: self, Keep: keep}); got != c.want {
+		if got := sweepable("c1", c.labels, SweepOptions{Self: self, Keep: keep}); got != c.want {
 			t.Errorf("%s: sweepable %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Detached kernels' containers: only this owner's, and only those no record holds.
+	held := func(id string) bool { return id == "held" }
+	mine := map[string]string{LabelKennel: "1", LabelDetached: "1", LabelDetachedOwner: "me"}
+	for _, c := range []struct {
+		name   string
+		id     string
+		labels map[string]string
+		o      SweepOptions
+		want   bool
+	}{
+		{"mine, held", "held", mine, SweepOptions{Self: self, Owner: "me", Held: held}, false},
+		{"mine, no record", "lost", mine, SweepOptions{Self: self, Owner: "me", Held: held}, true},
+		{"another owner's", "lost", map[string]string{LabelKennel: "1", LabelDetached: "1", LabelDetachedOwner: "them"}, SweepOptions{Self: self, Owner: "me", Held: held}, false},
+		{"no owner label", "lost", map[string]string{LabelKennel: "1", LabelDetached: "1"}, SweepOptions{Self: self, Owner: "me", Held: held}, false},
+		{"a sweep without records", "lost", mine, SweepOptions{Self: self}, false},
+	} {
+		if got := sweepable(c.id, c.labels, c.o); got != c.want {
+			t.Errorf("detached, %s: sweepable %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -106,6 +106,11 @@ type Options struct {
 	// SIGKILL. Zero means transports.Grace. Whole seconds (rounded up); negative means 0.
 	StopGrace time.Duration
 
+	// DetachedOwner, when set, labels the containers of detached kernels
+	// (LabelDetachedOwner) with the controller state they belong to, so that a sweep of
+	// that state (SweepOptions.Owner) removes those no record of it holds and never
+	// another state's. The daemon sets it from its state directory.
+	DetachedOwner string
 	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"), an
 	// absolute path. In run mode each kernel gets a run directory under RunDir (on this
 	// host), bind-mounted into its container at ContainerRunRoot/<id> and given to the

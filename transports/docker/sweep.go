@@ -19,6 +19,12 @@ type SweepOptions struct {
 	// Keep reports whether a container of Self's own labelled with this session id
 	// belongs to a session Self still has. Nil keeps none of Self's containers.
 	Keep func(sessionID string) bool
+	// Owner and Held, when both set, sweep detached kernels' containers too: one
+	// labelled with Owner (LabelDetachedOwner) whose id Held does not hold (no record
+	// of that state names it) is removed. Detached containers of other owners, or of
+	// none, are kept: they end with their kernels' grace.
+	Owner string
+	Held  func(containerID string) bool
 }
 
 // SweepResult says what Sweep did.
@@ -56,7 +62,7 @@ func Sweep(ctx context.Context, cli client.APIClient, o SweepOptions) (SweepResu
 	}
 	var errs []error
 	for _, c := range list.Items {
-		if !sweepable(c.Labels, o) {
+		if !sweepable(c.ID, c.Labels, o) {
 			res.Kept++
 			continue
 		}
@@ -73,7 +79,10 @@ func Sweep(ctx context.Context, cli client.APIClient, o SweepOptions) (SweepResu
 }
 
 // sweepable is Sweep's verdict on one container's labels.
-func sweepable(labels map[string]string, o SweepOptions) bool {
+func sweepable(id string, labels map[string]string, o SweepOptions) bool {
+	if labels[LabelDetached] == "1" {
+		return o.Owner != "" && o.Held != nil && labels[LabelDetachedOwner] == o.Owner && !o.Held(id)
+	}
 	owner, ok := controllerFromLabels(labels)
 	if !ok {
 		return false
@@ -166,6 +175,9 @@ type EngineSweepOptions struct {
 	ConnectOptions
 	// Self is the sweeping controller. The zero value means Self().
 	Self Controller
+	// Owner and Held sweep detached kernels' containers too (SweepOptions).
+	Owner string
+	Held  func(containerID string) bool
 }
 
 // SweepEngine is the sweep a controller runs when it starts, before or while it starts
@@ -184,5 +196,5 @@ func SweepEngine(ctx context.Context, o EngineSweepOptions) (SweepResult, error)
 		return SweepResult{}, fmt.Errorf("sweep: %w", err)
 	}
 	defer cli.Close()
-	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }})
+	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }, Owner: o.Owner, Held: o.Held})
 }
