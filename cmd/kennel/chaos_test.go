@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -17,10 +18,15 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/internal/procfs"
+	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/internal/testproc"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
+	dockerclient "github.com/moby/moby/client"
 )
 
-// TestChaosSIGKILLedDaemonLosesNoCell: 20 local sessions under a load client whose every
+// TestChaosSIGKILLedDaemonLosesNoCell: 20 sessions (14 local, 3 Docker, 3 ssh) under a
+// load client whose every
 // cell increments its session's counter under an idempotency key of its own, retried with
 // that key through every failure; `kennel serve` is SIGKILLed at 10 random moments and
 // started again each time. At the end every cell was answered exactly once (a retry is
@@ -29,6 +35,9 @@ import (
 // started (none lost, none leaked).
 func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 	const sessions, kills = 20, 10
+	engine := dockerneed.KernelEngine(t)
+	srv := sshtest.Start(t)
+	sshHome(t, srv) // the daemon's HOME, and so its ~/.ssh/config and known_hosts
 	base, err := os.MkdirTemp("", "kt")
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +82,24 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	ids := make([]string, sessions)
+	kinds := make([]string, sessions)
 	for i := range ids {
-		s, err := c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir()}, client.CreateOptions{})
+		req := api.CreateSession{Cwd: t.TempDir()}
+		switch kinds[i] = "local"; {
+		case i >= sessions-3:
+			kinds[i], req.Cwd = "ssh", ""
+			req.Transport = &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}
+		case i >= sessions-6:
+			kinds[i] = "docker"
+			req.Transport = &api.Transport{Docker: &api.Docker{}}
+		}
+		s, err := c.CreateSession(ctx, req, client.CreateOptions{})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("create a %s session: %v", kinds[i], err)
 		}
 		ids[i] = s.ID
 	}
-	pids := kernelPIDs(t, c, ids)
+	kernels := kernelIDs(t, c, ids)
 
 	// The load: each session's client sends keyed cells one after another until told to stop.
 	stop := make(chan struct{})
@@ -165,22 +184,24 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 		}
 		total += oks[i]
 	}
-	after := kernelPIDs(t, c, ids)
+	after := kernelIDs(t, c, ids)
 	for i := range ids {
-		if after[i] != pids[i] {
-			t.Errorf("session %s: kernel %d at the end, %d at the start: a kernel was lost", ids[i], after[i], pids[i])
+		if after[i] != kernels[i] {
+			t.Errorf("%s session %s: kernel %s at the end, %s at the start: a kernel was lost", kinds[i], ids[i], after[i], kernels[i])
+		}
+		if kinds[i] == "docker" {
+			if n := containersOfSession(t, engine, ids[i]); n != 1 {
+				t.Errorf("docker session %s: %d containers, want its one", ids[i], n)
+			}
 		}
 	}
 	t.Logf("%d cells ok through %d SIGKILLs of the daemon", total, kills)
-	// No kernel leaked: every kernel left is one of the sessions'.
+	// No local kernel leaked: every kernel left under the state's run directory is one
+	// of the sessions'.
 	var stray []int
 	all, _ := procfs.All()
-	mine := map[int]bool{}
-	for _, p := range pids {
-		mine[p] = true
-	}
 	for _, st := range all {
-		if !st.Zombie() && !mine[st.PID] && inRunDir(st.PID, base) {
+		if !st.Zombie() && inRunDir(st.PID, base) && !slices.ContainsFunc(after, func(k string) bool { return inKernel(st.PID, k) }) {
 			stray = append(stray, st.PID)
 		}
 	}
@@ -189,15 +210,15 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 	}
 }
 
-// kernelPIDs is each session's kernel pid, waiting for every one to run.
-func kernelPIDs(t *testing.T, c *client.Client, ids []string) []int {
+// kernelIDs is each session's kernel id (instance_id), waiting for every one to run.
+func kernelIDs(t *testing.T, c *client.Client, ids []string) []string {
 	t.Helper()
-	pids := make([]int, len(ids))
+	out := make([]string, len(ids))
 	for i, id := range ids {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			s, err := c.Session(context.Background(), id)
-			if err == nil && s.Kernel.State != nil && *s.Kernel.State == "running" && s.Kernel.PID != nil {
-				pids[i] = *s.Kernel.PID
+			if err == nil && s.Kernel.State != nil && *s.Kernel.State == "running" && s.Kernel.InstanceID != nil {
+				out[i] = *s.Kernel.InstanceID
 				break
 			}
 			if time.Now().After(deadline) {
@@ -205,7 +226,24 @@ func kernelPIDs(t *testing.T, c *client.Client, ids []string) []int {
 			}
 		}
 	}
-	return pids
+	return out
+}
+
+// inKernel reports whether process pid runs in the run directory of kernel id.
+func inKernel(pid int, id string) bool {
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	return err == nil && bytes.Contains(env, []byte("/"+id+"\x00"))
+}
+
+// containersOfSession counts the containers labelled with session id.
+func containersOfSession(t *testing.T, cli *dockerclient.Client, id string) int {
+	t.Helper()
+	res, err := cli.ContainerList(context.Background(), dockerclient.ContainerListOptions{All: true,
+		Filters: make(dockerclient.Filters).Add("label", docker.LabelSession+"="+id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(res.Items)
 }
 
 // inRunDir reports whether process pid's environment names a run directory under base.
