@@ -226,7 +226,8 @@ type Job struct {
 	PID     *int   `json:"pid"`
 	// StartedAt is Unix milliseconds.
 	StartedAt int64 `json:"started_at"`
-	// State is "running" or "ended".
+	// State is "running" or "ended", or "unknown" for a job an earlier daemon saw start
+	// and not end (a restart came between): it may have ended or run on, unseen.
 	State string `json:"state"`
 	// End is how the job ended, nil while it runs.
 	End *JobEnd `json:"end"`

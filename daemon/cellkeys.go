@@ -149,7 +149,7 @@ func (s *Server) redrive(e *entry) {
 			continue // kept running in the record: the next daemon tries again
 		}
 		c.Job, c.Epoch = jw.Outcome.Job().String(), e.epoch
-		e.addJob(jw.Outcome.Job())
+		s.trackJob(e, jw.Outcome.Job())
 		s.keepCell(e, c, jw)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/store"
 )
 
 // defaultPage is the page size of an output read that names no limit.
@@ -55,6 +56,9 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	list := api.JobList{Jobs: []api.Job{}}
+	for _, r := range s.recordedJobs(e) {
+		list.Jobs = append(list.Jobs, fromRecord(r))
+	}
 	for _, id := range e.jobList() {
 		if j, ok := e.sess.Jobs().Job(id); ok {
 			s.account(e, j)
@@ -80,7 +84,7 @@ func (s *Server) handleRunJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	e.addJob(j.ID())
+	s.trackJob(e, j.ID())
 	writeJSON(w, http.StatusCreated, toJob(j))
 }
 
@@ -104,9 +108,12 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j, err := jobOf(r, e)
+	rec, recorded := store.Job{}, false
 	if err != nil {
-		writeError(w, err)
-		return
+		if rec, recorded = s.recordedJob(e, r.PathValue("job")); !recorded {
+			writeError(w, err)
+			return
+		}
 	}
 	offset, err := queryInt64(r, "offset", 0)
 	if err != nil {
@@ -116,6 +123,15 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	limit, err := queryInt64(r, "limit", defaultPage)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if recorded {
+		p, err := recordedPage(rec, offset, limit)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
 		return
 	}
 	p, err := j.Capture().ReadPage(offset, limit)
@@ -136,6 +152,9 @@ func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
 	}
 	j, err := jobOf(r, e)
 	if err != nil {
+		if _, recorded := s.recordedJob(e, r.PathValue("job")); recorded {
+			err = fmt.Errorf("job %s ran under an earlier daemon, whose end this one did not see: it cannot be stopped from here (its kernel ends what it started when it ends): %w", r.PathValue("job"), errConflict)
+		}
 		writeError(w, err)
 		return
 	}

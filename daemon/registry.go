@@ -32,6 +32,8 @@ type entry struct {
 	mu        sync.Mutex
 	jobIDs    []jobs.ID            // jobs started through the API, in order
 	accounted map[jobs.ID]struct{} // ended jobs whose bytes the metrics counted
+	recorded  map[jobs.ID]bool     // jobs whose record the store keeps
+	detaching bool                 // a shutdown lets the kernel go: jobs' ends are not recorded
 	closed    bool
 }
 

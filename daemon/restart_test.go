@@ -241,3 +241,55 @@ func TestARestartedDaemonResumesADockerKernelAndSweepsOneNoRecordHolds(t *testin
 		t.Fatalf("%d containers left after a --stop-kernels shutdown", n)
 	}
 }
+
+// TestJobsAndTheirOutputAnswerAfterARestart: jobs an earlier daemon ran are listed after
+// a SIGKILL-free restart and their output read: an ended one as it ended, with its bytes;
+// one still running when the daemon stopped as unknown. A job of an earlier daemon cannot
+// be stopped from here (409).
+func TestJobsAndTheirOutputAnswerAfterARestart(t *testing.T) {
+	state := filepath.Join(shortDir(t), "state")
+	ctx := context.Background()
+	r := serveDetaching(t, daemon.Options{StateDir: state})
+	s := r.newSession(t)
+	done, err := r.c.RunJob(ctx, s.ID, "printf 'line one\\nline two\\n'; exit 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		list, err := r.c.Jobs(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 && list[0].State == "ended" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not end: %+v", list)
+		}
+	}
+	running, err := r.c.RunJob(ctx, s.ID, "sleep 1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+
+	r = serveDetaching(t, daemon.Options{StateDir: state, StopKernels: true})
+	list, err := r.c.Jobs(ctx, s.ID)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("jobs after the restart: %+v, %v; want the two the earlier daemon ran", list, err)
+	}
+	byID := map[string]api.Job{list[0].ID: list[0], list[1].ID: list[1]}
+	if j := byID[done.ID]; j.State != "ended" || j.End == nil || j.End.ExitCode == nil || *j.End.ExitCode != 3 {
+		t.Fatalf("the ended job after the restart: %+v", j)
+	}
+	if j := byID[running.ID]; j.State != "unknown" {
+		t.Fatalf("the job running at the stop, after the restart: %+v; want unknown", j)
+	}
+	page, err := r.c.Output(ctx, s.ID, done.ID, 0, 1<<16)
+	if err != nil || string(page.Data) != "line one\nline two\n" || !page.EOF {
+		t.Fatalf("the ended job's output after the restart: %+v, %v", page, err)
+	}
+	if _, err := r.c.StopJob(ctx, s.ID, running.ID); err == nil {
+		t.Fatal("a job of an earlier daemon was stopped from here")
+	}
+}

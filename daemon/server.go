@@ -141,8 +141,9 @@ type Server struct {
 	handler http.Handler // the routes behind the router and the body deadline
 	hosts   *hostProbes  // the host probes' records; shutdown ends the probes in flight
 
-	ownKit bool // opts.Kit is the server's own, closed at shutdown
-	store  *store.Store
+	ownKit  bool // opts.Kit is the server's own, closed at shutdown
+	store   *store.Store
+	records sync.WaitGroup // jobs' records being written at their ends (shutdown waits)
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -314,6 +315,7 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 	wg.Wait()
 	<-done
+	s.records.Wait() // every job has ended or been let go: its record is written
 	if err := s.store.Close(); err != nil {
 		s.log.Warn("closing the state store", "err", err)
 	}
@@ -411,6 +413,7 @@ func (s *Server) endSession(ctx context.Context, e *entry) {
 	if err := s.store.Delete(e.id); err != nil {
 		s.log.Warn("forgetting the session", "session", e.id, "err", err)
 	}
+	_ = os.RemoveAll(s.jobsDir(e.id))
 	s.metrics.sessionEnded()
 }
 
@@ -423,7 +426,7 @@ func (s *Server) detachSession(ctx context.Context, e *entry) bool {
 	}
 	e.mu.Lock()
 	already := e.closed
-	e.closed = true
+	e.closed, e.detaching = true, true
 	e.mu.Unlock()
 	if already {
 		return true

@@ -193,15 +193,29 @@ func (s *Store) check() (err error) {
 		if err != nil {
 			return err
 		}
-		cells := tx.Bucket(bucketCells)
-		if cells == nil {
+		if cells := tx.Bucket(bucketCells); cells != nil {
+			err := cells.ForEachBucket(func(id []byte) error {
+				return cells.Bucket(id).ForEach(func(k, v []byte) error {
+					var c Cell
+					if err := json.Unmarshal(v, &c); err != nil || c.Key != string(k) {
+						return s.unreadable(fmt.Sprintf("cell %q of session %q: %v", k, id, err))
+					}
+					return nil
+				})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		jobs := tx.Bucket(bucketJobs)
+		if jobs == nil {
 			return nil
 		}
-		return cells.ForEachBucket(func(id []byte) error {
-			return cells.Bucket(id).ForEach(func(k, v []byte) error {
-				var c Cell
-				if err := json.Unmarshal(v, &c); err != nil || c.Key != string(k) {
-					return s.unreadable(fmt.Sprintf("cell %q of session %q: %v", k, id, err))
+		return jobs.ForEachBucket(func(id []byte) error {
+			return jobs.Bucket(id).ForEach(func(k, v []byte) error {
+				var j Job
+				if err := json.Unmarshal(v, &j); err != nil || j.ID != string(k) {
+					return s.unreadable(fmt.Sprintf("job %q of session %q: %v", k, id, err))
 				}
 				return nil
 			})
@@ -283,12 +297,14 @@ func (s *Store) Update(id string, f func(*Session) error) error {
 	return nil
 }
 
-// Delete forgets session id and its cell records (nothing when it is not stored).
+// Delete forgets session id and its cell and job records (nothing when it is not stored).
 func (s *Store) Delete(id string) error {
 	if err := s.db.Update(func(tx *bolt.Tx) error {
-		if root := tx.Bucket(bucketCells); root != nil && root.Bucket([]byte(id)) != nil {
-			if err := root.DeleteBucket([]byte(id)); err != nil {
-				return err
+		for _, name := range [][]byte{bucketCells, bucketJobs} {
+			if root := tx.Bucket(name); root != nil && root.Bucket([]byte(id)) != nil {
+				if err := root.DeleteBucket([]byte(id)); err != nil {
+					return err
+				}
 			}
 		}
 		return tx.Bucket(bucketSessions).Delete([]byte(id))
@@ -461,5 +477,124 @@ func (s *Store) Cells(id string) ([]Cell, error) {
 		})
 	})
 	slices.SortFunc(out, func(a, b Cell) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, err
+}
+
+// Job is one job of a session as the daemon recorded it: what `kennel jobs` and `kennel
+// logs` answer with after a restart, when the job table that ran it is gone.
+type Job struct {
+	// ID is the job's id in its session ("j12").
+	ID string `json:"id"`
+	// Epoch is the daemon start whose table ran it.
+	Epoch uint64 `json:"epoch"`
+	// Command is its command (a cell job's first line).
+	Command string `json:"command"`
+	// Started is when it started.
+	Started time.Time `json:"started"`
+	// State is JobRunning until its end is recorded, then JobEnded.
+	State string `json:"state"`
+	// End is how it ended (the API's JobEnd), once State is JobEnded.
+	End json.RawMessage `json:"end,omitempty"`
+	// Seen is how many bytes of output it wrote.
+	Seen int64 `json:"seen"`
+	// Kept is the file holding the start of its output, Seen bytes or fewer ("" none).
+	Kept string `json:"kept,omitempty"`
+	// Seq orders a session's job records for the bound.
+	Seq uint64 `json:"seq"`
+}
+
+// The states of a Job.
+const (
+	JobRunning = "running"
+	JobEnded   = "ended"
+)
+
+// MaxJobs bounds the job records a session keeps: past it the oldest ended one goes
+// (PutJob returns it so its kept file can go too).
+const MaxJobs = 256
+
+var bucketJobs = []byte("jobs")
+
+// PutJob stores j for session id, replacing the record of its id; when the session's
+// records pass MaxJobs the oldest ended one is dropped and returned. A session not stored
+// (deleted) is ErrNoSession, and nothing is kept.
+func (s *Store) PutJob(id string, j Job) (dropped *Job, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketSessions).Get([]byte(id)) == nil {
+			return fmt.Errorf("session %s: %w", id, ErrNoSession) // deleted: its jobs go with it
+		}
+		root, err := tx.CreateBucketIfNotExists(bucketJobs)
+		if err != nil {
+			return err
+		}
+		bk, err := root.CreateBucketIfNotExists([]byte(id))
+		if err != nil {
+			return err
+		}
+		if old := bk.Get([]byte(j.ID)); old != nil {
+			var prev Job
+			if json.Unmarshal(old, &prev) == nil {
+				j.Seq = prev.Seq
+			}
+		} else {
+			if j.Seq, err = bk.NextSequence(); err != nil {
+				return err
+			}
+			if bk.Stats().KeyN >= MaxJobs {
+				if dropped, err = dropOldestEnded(bk); err != nil {
+					return err
+				}
+			}
+		}
+		b, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(j.ID), b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store job %s of session %s in %s: %w", j.ID, id, s.path, writeErr(err))
+	}
+	return dropped, nil
+}
+
+// dropOldestEnded deletes the ended job record of the lowest Seq, if any.
+func dropOldestEnded(bk *bolt.Bucket) (*Job, error) {
+	var oldest *Job
+	err := bk.ForEach(func(k, v []byte) error {
+		var j Job
+		if json.Unmarshal(v, &j) == nil && j.State == JobEnded && (oldest == nil || j.Seq < oldest.Seq) {
+			oldest = &j
+		}
+		return nil
+	})
+	if err != nil || oldest == nil {
+		return nil, err
+	}
+	return oldest, bk.Delete([]byte(oldest.ID))
+}
+
+// Jobs lists session id's job records, oldest first.
+func (s *Store) Jobs(id string) ([]Job, error) {
+	var out []Job
+	err := s.db.View(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketJobs)
+		if root == nil {
+			return nil
+		}
+		bk := root.Bucket([]byte(id))
+		if bk == nil {
+			return nil
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			var j Job
+			if err := json.Unmarshal(v, &j); err != nil {
+				return fmt.Errorf("state store %s: job %q of session %s: %w: %v", s.path, k, id, ErrUnreadable, err)
+			}
+			out = append(out, j)
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out, err
 }

@@ -209,3 +209,40 @@ func TestCellRecordsAreKeptBoundedAndGoWithTheirSession(t *testing.T) {
 		t.Fatalf("%d cell records outlived their session", len(cells))
 	}
 }
+
+// TestJobRecordsAreBoundedByTheirEndedAndGoWithTheirSession: past MaxJobs the oldest
+// ended record goes (and is returned, for its kept file); running ones are never dropped;
+// a session not stored keeps no job records.
+func TestJobRecordsAreBoundedByTheirEndedAndGoWithTheirSession(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"))
+	defer s.Close()
+	if _, err := s.PutJob("nope", store.Job{ID: "j1"}); !errors.Is(err, store.ErrNoSession) {
+		t.Fatalf("a job of a session not stored: %v", err)
+	}
+	if err := s.Put(store.Session{ID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutJob("s1", store.Job{ID: "j0", State: store.JobRunning}); err != nil {
+		t.Fatal(err)
+	}
+	var dropped []string
+	for i := 1; i <= store.MaxJobs+2; i++ {
+		d, err := s.PutJob("s1", store.Job{ID: fmt.Sprintf("j%d", i), State: store.JobEnded, Kept: fmt.Sprintf("/k/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != nil {
+			dropped = append(dropped, d.ID)
+		}
+	}
+	js, err := s.Jobs("s1")
+	if err != nil || len(js) != store.MaxJobs || js[0].ID != "j0" || !slices.Equal(dropped, []string{"j1", "j2", "j3"}) {
+		t.Fatalf("%d records from %s, dropped %v, %v: want %d with the running j0 kept and j1-j3 dropped", len(js), js[0].ID, dropped, err, store.MaxJobs)
+	}
+	if err := s.Delete("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := s.Jobs("s1"); len(js) != 0 {
+		t.Fatalf("%d job records outlived their session", len(js))
+	}
+}

@@ -1,0 +1,189 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/store"
+)
+
+// Every job started through the API (shell jobs and cells) is recorded in the store at
+// its start and at its end, with the start of its output kept in a file beside the
+// store: after a restart, `kennel jobs` lists the jobs an earlier daemon ran and `kennel
+// logs` reads what they wrote. A job the earlier daemon saw start but not end is listed
+// with state "unknown": it may have ended, or run on in a resumed kernel, but its end and
+// its later output were not seen by this daemon.
+
+// maxKept bounds the output a job's record keeps: its first MiB.
+const maxKept = 1 << 20
+
+// jobsDir is where session id's jobs' kept output lives.
+func (s *Server) jobsDir(id string) string { return filepath.Join(s.opts.StateDir, "jobs", id) }
+
+// trackJob is entry.addJob for a job this daemon started, which it also records.
+func (s *Server) trackJob(e *entry, id jobs.ID) {
+	e.addJob(id)
+	j, ok := e.sess.Jobs().Job(id)
+	if !ok {
+		return
+	}
+	e.mu.Lock()
+	if e.recorded == nil {
+		e.recorded = map[jobs.ID]bool{}
+	}
+	seen := e.recorded[id]
+	e.recorded[id] = true
+	e.mu.Unlock()
+	if seen {
+		return
+	}
+	rec := store.Job{ID: id.String(), Epoch: e.epoch, Command: j.Command(), Started: j.Started(), State: store.JobRunning}
+	if _, err := s.store.PutJob(e.id, rec); err != nil && !errors.Is(err, store.ErrNoSession) {
+		s.log.Warn("recording a job's start", "session", e.id, "job", id, "err", err)
+	}
+	s.records.Add(1)
+	go func() {
+		defer s.records.Done()
+		<-j.Done()
+		e.mu.Lock()
+		detaching := e.detaching
+		e.mu.Unlock()
+		if detaching {
+			return // let go with its kernel: it runs on, its record says so
+		}
+		end, err := json.Marshal(toJob(j).End)
+		if err != nil {
+			return
+		}
+		rec.State, rec.End, rec.Seen = store.JobEnded, end, j.Capture().Stat().Seen
+		if kept, err := s.keepOutput(e.id, id, j.Capture()); err != nil {
+			s.log.Warn("keeping a job's output", "session", e.id, "job", id, "err", err)
+		} else {
+			rec.Kept = kept
+		}
+		dropped, err := s.store.PutJob(e.id, rec)
+		if errors.Is(err, store.ErrNoSession) {
+			_ = os.Remove(rec.Kept) // the session is gone, and its records
+			return
+		}
+		if err != nil {
+			s.log.Warn("recording a job's end", "session", e.id, "job", id, "err", err)
+			return
+		}
+		if dropped != nil && dropped.Kept != "" {
+			_ = os.Remove(dropped.Kept)
+		}
+	}()
+}
+
+// keepOutput writes the start of c's output (up to maxKept) to the job's kept file,
+// 0600, and returns its path.
+func (s *Server) keepOutput(session string, id jobs.ID, c *output.Capture) (string, error) {
+	dir := s.jobsDir(session)
+	if err := output.PrepareDir(filepath.Dir(dir)); err != nil {
+		return "", err
+	}
+	if err := output.PrepareDir(dir); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, id.String())
+	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return "", err
+	}
+	var off int64
+	for off < maxKept {
+		p, err := c.ReadPage(off, min(output.MaxPage, maxKept-off))
+		if err != nil || len(p.Data) == 0 {
+			break // what is not readable now (lost, or the end) is not kept
+		}
+		if _, err := f.Write(p.Data); err != nil {
+			f.Close()
+			os.Remove(path + ".tmp")
+			return "", err
+		}
+		off += int64(len(p.Data))
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(path + ".tmp")
+		return "", err
+	}
+	f.Close()
+	return path, os.Rename(path+".tmp", path)
+}
+
+// recordedJobs are e's job records of earlier daemons' tables (the ones its own table
+// does not hold), oldest first.
+func (s *Server) recordedJobs(e *entry) []store.Job {
+	recs, err := s.store.Jobs(e.id)
+	if err != nil {
+		s.log.Warn("reading the session's job records", "session", e.id, "err", err)
+		return nil
+	}
+	var out []store.Job
+	for _, r := range recs {
+		if r.Epoch >= e.epoch {
+			continue
+		}
+		if id, err := jobs.ParseID(r.ID); err == nil {
+			if _, live := e.sess.Jobs().Job(id); live {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// recordedJob is e's record of job raw from an earlier daemon, if there is one.
+func (s *Server) recordedJob(e *entry, raw string) (store.Job, bool) {
+	for _, r := range s.recordedJobs(e) {
+		if r.ID == raw {
+			return r, true
+		}
+	}
+	return store.Job{}, false
+}
+
+// fromRecord is a recorded job's API view: ended as recorded, or "unknown" when the
+// daemon that ran it never saw its end.
+func fromRecord(r store.Job) api.Job {
+	out := api.Job{ID: r.ID, Command: r.Command, StartedAt: r.Started.UnixMilli(), State: "unknown"}
+	if r.State == store.JobEnded {
+		var end api.JobEnd
+		if json.Unmarshal(r.End, &end) == nil {
+			out.State, out.End = "ended", &end
+		}
+	}
+	return out
+}
+
+// recordedPage is a page of a recorded job's kept output: the start of what it wrote.
+func recordedPage(r store.Job, offset, limit int64) (api.OutputPage, error) {
+	var kept []byte
+	if r.Kept != "" {
+		b, err := os.ReadFile(r.Kept)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return api.OutputPage{}, err
+		}
+		kept = b
+	}
+	limit = min(limit, output.MaxPage)
+	seen := max(r.Seen, int64(len(kept)))
+	if offset > int64(len(kept)) || (offset == int64(len(kept)) && offset < seen) {
+		return api.OutputPage{}, &api.Error{Status: http.StatusRequestedRangeNotSatisfiable, Code: api.CodeOutputRefused,
+			Message: fmt.Sprintf("job %s ran under an earlier daemon, which kept the first %d of its %d bytes; offset %d is past them", r.ID, len(kept), r.Seen, offset)}
+	}
+	end := min(offset+limit, int64(len(kept)))
+	p := api.OutputPage{Offset: offset, Data: kept[offset:end], Seen: seen}
+	p.EOF = r.State == store.JobEnded && end == seen
+	return p, nil
+}
