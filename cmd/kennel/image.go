@@ -11,6 +11,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
+	ctrd "github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
 
@@ -22,6 +23,7 @@ func newImageCmd() *cobra.Command {
 	}
 	var o kernelimage.BuildOptions
 	var mirror, suite, cache string
+	var cd containerdImage
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build the kernel image through the Docker Engine API, with no registry",
@@ -31,14 +33,19 @@ Nothing is pulled. When the base image (kennel-base:bookworm) is missing, a Debi
 file system is made with debootstrap --variant=minbase --include=python3 from the mirror
 apt is configured with (needs root; about a minute), cached as a tarball in
 /var/cache/kennel, and imported. Then Dockerfile.kernel is built on it with the stub
-copied in. An image that is already current is kept: running it again does nothing.`,
+copied in. An image that is already current is kept: running it again does nothing.
+
+With --containerd the Docker image is then exported (docker save) into the containerd at
+--address, namespace kennel, as docker.io/library/kennel-kernel:<stub hash>, and unpacked:
+the image kennel run --containerd uses, again with no registry.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Rootfs = kernelimage.RootfsOptions{Mirror: mirror, Suite: suite, CacheDir: cache}
 			o.Log = cmd.ErrOrStderr()
-			return imageBuild(cmd.Context(), o, cmd.OutOrStdout())
+			return imageBuild(cmd.Context(), o, cd, cmd.OutOrStdout())
 		},
 	}
+	cd.flags(build)
 	build.Flags().BoolVar(&o.Force, "force", false, "rebuild the kernel image even when it is current")
 	build.Flags().StringVar(&o.Ref, "tag", "", "the kernel image's tag (default kennel-kernel:<stub hash first 12>)")
 	build.Flags().StringVar(&o.Base, "base", "", "the base image's tag (default "+kernelimage.BaseRef+")")
@@ -51,9 +58,10 @@ copied in. An image that is already current is kept: running it again does nothi
 		Short: "Say whether the kernel image is present and of this kennel's stub; no network",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return imageCheck(cmd.Context(), tag, cmd.OutOrStdout())
+			return imageCheck(cmd.Context(), tag, cd, cmd.OutOrStdout())
 		},
 	}
+	cd.flags(check)
 	check.Flags().StringVar(&tag, "tag", "", "the kernel image's tag (default kennel-kernel:<stub hash first 12>)")
 	cmd.AddCommand(build, check)
 	return cmd
@@ -71,7 +79,18 @@ func engineClient(ctx context.Context) (*client.Client, error) {
 	return cli, nil
 }
 
-func imageBuild(ctx context.Context, o kernelimage.BuildOptions, stdout io.Writer) error {
+// containerdImage are the --containerd flags of `kennel image build|check`.
+type containerdImage struct {
+	on      bool
+	address string
+}
+
+func (c *containerdImage) flags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&c.on, "containerd", false, "the containerd transport's image (imported from the Docker image)")
+	cmd.Flags().StringVar(&c.address, "address", "", "the containerd socket (default "+ctrd.DefaultAddress+")")
+}
+
+func imageBuild(ctx context.Context, o kernelimage.BuildOptions, cd containerdImage, stdout io.Writer) error {
 	b, err := images.Stub()
 	if err != nil {
 		return err
@@ -90,13 +109,48 @@ func imageBuild(ctx context.Context, o kernelimage.BuildOptions, stdout io.Write
 		state = "built"
 	}
 	fmt.Fprintf(stdout, "%s %s %s\n", res.Ref, shortImageID(res.ID), state)
+	if !cd.on {
+		return nil
+	}
+	ccli, err := ctrd.Connect(ctx, ctrd.ConnectOptions{Address: cd.address})
+	if err != nil {
+		return err
+	}
+	defer ccli.Close()
+	st, imported, err := ctrd.ImportFromDocker(ctx, ccli, func(ctx context.Context, ref string) (io.ReadCloser, error) {
+		return cli.ImageSave(ctx, []string{ref})
+	}, b, ctrd.ImportOptions{})
+	if err != nil {
+		return err
+	}
+	state = "current"
+	if imported {
+		state = "imported"
+	}
+	fmt.Fprintf(stdout, "containerd %s %s %s\n", st.Ref, shortImageID(st.ID), state)
 	return nil
 }
 
-func imageCheck(ctx context.Context, tag string, stdout io.Writer) error {
+func imageCheck(ctx context.Context, tag string, cd containerdImage, stdout io.Writer) error {
 	b, err := images.Stub()
 	if err != nil {
 		return err
+	}
+	if cd.on {
+		if tag == "" {
+			tag = ctrd.Ref(b)
+		}
+		ccli, err := ctrd.Connect(ctx, ctrd.ConnectOptions{Address: cd.address})
+		if err != nil {
+			return err
+		}
+		defer ccli.Close()
+		st, err := ctrd.Check(ctx, ccli, tag, b)
+		if err != nil {
+			return &exitError{code: 1, msg: err.Error()}
+		}
+		fmt.Fprintf(stdout, "containerd %s %s current (stub %s)\n", st.Ref, shortImageID(st.ID), st.Want[:12])
+		return nil
 	}
 	if tag == "" {
 		tag = kernelimage.KernelRef(b)

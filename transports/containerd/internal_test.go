@@ -1,0 +1,66 @@
+package containerd
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+)
+
+func TestAtLeast(t *testing.T) {
+	for _, c := range []struct {
+		have string
+		want bool
+	}{
+		{"1.6.20~ds1", true}, {"1.6.0", true}, {"v1.7.1", true}, {"2.0.0", true},
+		{"1.5.18", false}, {"1", false}, {"", false},
+	} {
+		if got := atLeast(c.have, MinVersion); got != c.want {
+			t.Errorf("atLeast(%q, %q) = %v, want %v", c.have, MinVersion, got, c.want)
+		}
+	}
+}
+
+// TestClassifyNotImplemented: a service the daemon lacks reads "containerd too old" and
+// is ErrUnavailable.
+func TestClassifyNotImplemented(t *testing.T) {
+	err := classify(fmt.Errorf("transfer: %w", errdefs.ErrNotImplemented))
+	if !errors.Is(err, transports.ErrUnavailable) || !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Fatalf("classify: %v", err)
+	}
+	if want := "containerd too old: need " + MinVersion; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
+		t.Errorf("classify: %q, want it to start %q", err, want)
+	}
+}
+
+// TestOwnerLabelsRoundTrip: the labels an object gets read back as its owner; a partial
+// set is no owner.
+func TestOwnerLabelsRoundTrip(t *testing.T) {
+	c := docker.Controller{Host: "h", Boot: "b", PID: 42, Start: 7}
+	l := ownerLabels(c, "s")
+	got, ok := ownerOf(l)
+	if !ok || got != c || l[LabelSession] != "s" {
+		t.Fatalf("ownerOf(ownerLabels(%+v)) = %+v, %v", c, got, ok)
+	}
+	delete(l, docker.LabelStart)
+	if _, ok := ownerOf(l); ok {
+		t.Error("a partial identity read as an owner")
+	}
+}
+
+// TestOptionsRefused: options that cannot work are refused before anything runs.
+func TestOptionsRefused(t *testing.T) {
+	for _, o := range []Options{
+		{User: "kennel"},
+		{User: "1000"},
+		{FIFODir: "relative"},
+	} {
+		if err := o.check(); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("check(%+v) = %v, want ErrInvalidArgument", o, err)
+		}
+	}
+}

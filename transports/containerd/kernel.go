@@ -1,0 +1,275 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Kernel is a kernel running as a containerd task. It is single use and safe for concurrent
+// use; see transports.Kernel.
+type Kernel struct {
+	info   transports.Info
+	stdin  *stdinFIFO
+	stdout *stdoutFIFO
+	watch  *transports.Watch
+
+	stderrDone chan struct{} // closed when the stderr FIFO was read to its end
+
+	// stopped is set when Kill's SIGTERM was issued before the task's end was seen (its
+	// SIGKILL then looks like an OOM kill). A Live rung sets it, so it is final once the
+	// reap has seen the end.
+	stopped bool
+}
+
+var _ transports.Kernel = (*Kernel)(nil)
+
+// sigkillCode is the exit status the shim reports for a task ended by SIGKILL: 128+9.
+const sigkillCode = 128 + 9
+
+// oomWait is how long the reap of a task that ended by SIGKILL, before Kill's stop stage,
+// waits for the OOM event that may trail the exit.
+const oomWait = 2 * time.Second
+
+func newKernel(t *Transport, c client.Container, task client.Task, dio *cio.DirectIO, spec transports.Spec, exitc <-chan client.ExitStatus, oom *oomWatch, evcancel context.CancelFunc) *Kernel {
+	stderr := spec.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	k := &Kernel{
+		info:       transports.Info{Transport: Name, ID: c.ID()},
+		stdin:      &stdinFIFO{w: dio.Stdin, task: task},
+		stdout:     &stdoutFIFO{r: dio.Stdout, eof: make(chan struct{})},
+		stderrDone: make(chan struct{}),
+	}
+	go func() {
+		defer close(k.stderrDone)
+		_, _ = io.Copy(stderr, dio.Stderr) // the one reader of the stderr FIFO
+	}()
+	signal := func(sig syscall.Signal, all bool) {
+		ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
+		defer cancel()
+		var opts []client.KillOpts
+		if all {
+			opts = append(opts, client.WithKillAll)
+		}
+		_ = task.Kill(ctx, sig, opts...)
+	}
+	stop := transports.ResolveGrace(t.opts.StopGrace)
+	k.watch = transports.NewWatch(transports.WatchSpec{
+		What: fmt.Sprintf("containerd kernel %s", c.ID()),
+		Steps: []transports.Step{
+			{Act: func() { _ = k.stdin.Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
+			{Act: func() { k.stopped = true; signal(syscall.SIGTERM, false) }, Live: true, Grace: stop},
+			{Act: func() { signal(syscall.SIGKILL, true) }, Grace: 2 * time.Second},
+			// Still not seen to end: a shim that cannot write the output nobody reads.
+			{Act: func() { k.stdout.cut() }},
+		},
+		Reap: func(seen func() bool) (transports.Exit, error) {
+			st := <-exitc
+			seen()
+			exit := transports.Exit{Code: int(st.ExitCode())}
+			var err error
+			if werr := st.Error(); werr != nil {
+				err = fmt.Errorf("wait task %s: %w", c.ID(), werr)
+			}
+			if exit.Code == sigkillCode && !k.stopped {
+				exit.OOM = oom.wait(oomWait)
+			}
+			return exit, err
+		},
+		Release: func(_ transports.Exit, err error) error {
+			k.drain(2 * time.Second)
+			evcancel()
+			ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 30*time.Second)
+			defer cancel()
+			if _, derr := task.Delete(ctx); derr != nil && !errdefs.IsNotFound(derr) && err == nil {
+				err = fmt.Errorf("delete task %s: %w", c.ID(), derr)
+			}
+			_ = dio.Close() // our FIFO ends, and their directory
+			if rerr := remove(ctx, t.cli, c.ID(), t.opts.FIFODir); rerr != nil && err == nil {
+				err = rerr
+			}
+			return err
+		},
+	})
+	return k
+}
+
+// Stdin is the kernel's standard input, the stdin FIFO. Close ends it: our write end
+// closes and the shim is told to close its own (CloseIO), so the kernel reads EOF (the
+// stub then shuts down).
+func (k *Kernel) Stdin() io.WriteCloser { return k.stdin }
+
+// Stdout is the kernel's standard output, the stdout FIFO read directly (the caller is its
+// one reader). What the kernel still wrote when it has ended and nobody read within 2 s is
+// dropped, as it is when Kill's last stage comes, and Stdout ends with EOF: an unread
+// Stdout never keeps Kill or Wait from returning.
+func (k *Kernel) Stdout() io.Reader { return k.stdout }
+
+// Info says Transport "containerd", no host pids, and ID the container id.
+func (k *Kernel) Info() transports.Info { return k.info }
+
+// Wait blocks until the task has exited and its task, container, snapshot and FIFOs are
+// deleted. Code is the task's exit status as the shim reports it (128+N after signal N).
+// Exit.OOM reports that the memory limit ended the kernel itself: the container's cgroup
+// had an OOM kill (its /tasks/oom event) and the task ended by SIGKILL (137) before Kill's
+// SIGTERM stage; a child killed by the limit while the kernel lives on does not make its
+// later end an OOM, nor does Kill's SIGKILL. Exit.Killed reports that Kill ran before the
+// end. Later calls return the same.
+func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
+
+// Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
+// exit; SIGTERM the task and wait Options.StopGrace; SIGKILL every process of the
+// container; last, 2 s on, cut Stdout (a shim blocked on output nobody reads). Then the
+// task, container and snapshot are deleted. It returns once the end is confirmed (Wait's
+// result is set). The stages run once, whoever calls Kill and however often; if ctx ends
+// first, Kill returns ctx's cause and the stages go on.
+func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
+
+// drain waits up to d for Stdout to be read to its end, then cuts it; then waits up to d for
+// stderr's end and closes its FIFO.
+func (k *Kernel) drain(d time.Duration) {
+	t := time.NewTimer(d)
+	select {
+	case <-k.stdout.eof:
+	case <-t.C:
+	}
+	t.Stop()
+	k.stdout.cut()
+	t = time.NewTimer(d)
+	select {
+	case <-k.stderrDone:
+	case <-t.C:
+	}
+	t.Stop()
+}
+
+// stdoutFIFO is the read end of the stdout FIFO. Once cut, reads end with EOF.
+type stdoutFIFO struct {
+	r       io.ReadCloser
+	isCut   atomic.Bool
+	eofOnce sync.Once
+	eof     chan struct{} // closed once a read returned an error (EOF): drained
+}
+
+func (s *stdoutFIFO) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil {
+		s.eofOnce.Do(func() { close(s.eof) })
+		if s.isCut.Load() {
+			return n, io.EOF
+		}
+	}
+	return n, err
+}
+
+// cut closes the read end unless it was read to its end.
+func (s *stdoutFIFO) cut() {
+	select {
+	case <-s.eof:
+		return
+	default:
+	}
+	if s.isCut.CompareAndSwap(false, true) {
+		_ = s.r.Close()
+	}
+}
+
+// stdinFIFO is the write end of the stdin FIFO.
+type stdinFIFO struct {
+	mu     sync.Mutex
+	w      io.WriteCloser
+	task   client.Task
+	closed bool
+}
+
+var errStdinClosed = errors.New("kernel stdin closed")
+
+func (s *stdinFIFO) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return 0, errStdinClosed
+	}
+	return s.w.Write(p)
+}
+
+// Close closes our write end, then has the shim close its own (CloseIO with
+// WithStdinCloser): only then does the kernel read EOF.
+func (s *stdinFIFO) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	werr := s.w.Close()
+	ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
+	defer cancel()
+	if err := s.task.CloseIO(ctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+		return fmt.Errorf("close kernel stdin: %w", err)
+	}
+	return werr
+}
+
+// oomWatch records whether the container had an OOM event.
+type oomWatch struct {
+	seen chan struct{} // closed at the first OOM event
+}
+
+// watchOOM subscribes to /tasks/oom events of container id until ctx ends.
+func watchOOM(ctx context.Context, cli *client.Client, id string) *oomWatch {
+	w := &oomWatch{seen: make(chan struct{})}
+	evs, errs := cli.Subscribe(ctx, `topic=="/tasks/oom"`)
+	go func() {
+		for {
+			select {
+			case e := <-evs:
+				if e == nil || e.Event == nil {
+					continue
+				}
+				v, err := typeurl.UnmarshalAny(e.Event)
+				if err != nil {
+					continue
+				}
+				if ev, ok := v.(*apievents.TaskOOM); ok && ev.ContainerID == id {
+					close(w.seen)
+					<-ctx.Done()
+					return
+				}
+			case <-errs:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// wait reports whether an OOM event came, waiting up to d for one.
+func (w *oomWatch) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.seen:
+		return true
+	case <-t.C:
+		return false
+	}
+}

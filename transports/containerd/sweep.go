@@ -1,0 +1,173 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/transports/docker"
+)
+
+// SweepOptions say which of kennel's objects Sweep removes.
+type SweepOptions struct {
+	// Self is the sweeping controller. The zero value means docker.Self().
+	Self docker.Controller
+	// Keep reports whether an object of Self's own labelled with this session id belongs
+	// to a session Self still has. Nil keeps none of Self's objects.
+	Keep func(sessionID string) bool
+	// Snapshotter is the snapshotter whose snapshots are swept. Empty means
+	// DefaultSnapshotter.
+	Snapshotter string
+	// FIFODir is where the transports' FIFO directories are. Empty means DefaultFIFODir().
+	FIFODir string
+}
+
+// SweepResult says what Sweep did.
+type SweepResult struct {
+	// Removed lists the ids of the containers removed (with their tasks and snapshots).
+	Removed []string
+	// Snapshots and Leases count orphans removed: snapshots with no container (a start
+	// killed half-way), leases of gone controllers.
+	Snapshots, Leases int
+	// Kept counts kennel containers left alone: a live controller's, another host's, or
+	// one of Self's sessions that Keep kept.
+	Kept int
+}
+
+// Sweep removes, in Namespace, kennel's containers that no live controller owns, with
+// their tasks (killed) and snapshots; snapshots with no container and leases of such
+// owners. An owner is gone when it is Self and Keep does not keep the session, or a
+// controller of this host that is not running (docker.Controller.Alive: its pid is not
+// running with the recorded start time, or the host rebooted). So a controller killed with
+// SIGKILL leaves nothing once a controller runs again, and two live controllers never
+// remove each other's. Objects whose owner labels are incomplete, or whose controller ran on
+// another host, are kept. Errors of single removals are joined; the rest go on.
+func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult, error) {
+	var res SweepResult
+	if o.Self.IsZero() {
+		self, err := docker.Self()
+		if err != nil {
+			return res, err
+		}
+		o.Self = self
+	}
+	if o.Snapshotter == "" {
+		o.Snapshotter = DefaultSnapshotter
+	}
+	if o.FIFODir == "" {
+		o.FIFODir = DefaultFIFODir()
+	}
+	ctx = nsCtx(ctx)
+	filter := fmt.Sprintf(`labels.%q==1`, LabelKennel)
+	var errs []error
+	cs, err := cli.Containers(ctx, filter)
+	if err != nil {
+		return res, fmt.Errorf("sweep: list containers: %w", classify(err))
+	}
+	live := map[string]bool{}
+	for _, c := range cs {
+		labels, err := c.Labels(ctx)
+		if err != nil {
+			if !errdefs.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if !sweepable(labels, o) {
+			res.Kept++
+			live[c.ID()] = true
+			continue
+		}
+		if err := remove(ctx, cli, c.ID(), o.FIFODir); err != nil {
+			errs = append(errs, err)
+			live[c.ID()] = true
+			continue
+		}
+		res.Removed = append(res.Removed, c.ID())
+	}
+	// Snapshots of no container (a start killed between its snapshot and its container).
+	sn := cli.SnapshotService(o.Snapshotter)
+	var orphans []string
+	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if live[info.Name] || !sweepable(info.Labels, o) {
+			return nil
+		}
+		if _, err := cli.LoadContainer(ctx, info.Name); err == nil {
+			return nil // a container made after the list: the next sweep decides
+		}
+		orphans = append(orphans, info.Name)
+		return nil
+	}, filter); err != nil {
+		errs = append(errs, fmt.Errorf("walk snapshots: %w", err))
+	}
+	for _, name := range orphans {
+		if err := sn.Remove(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", name, err))
+			continue
+		}
+		res.Snapshots++
+	}
+	ls := cli.LeasesService()
+	list, err := ls.List(ctx, filter)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list leases: %w", err))
+	}
+	for _, l := range list {
+		if owner, ok := ownerOf(l.Labels); !ok || owner == o.Self {
+			continue // Self's leases are its starts under way; they expire by themselves
+		}
+		if !sweepable(l.Labels, o) {
+			continue
+		}
+		if err := ls.Delete(ctx, leases.Lease{ID: l.ID}); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete lease %s: %w", l.ID, err))
+			continue
+		}
+		res.Leases++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return res, fmt.Errorf("sweep: %w", err)
+	}
+	return res, nil
+}
+
+// sweepable is Sweep's verdict on one object's labels.
+func sweepable(labels map[string]string, o SweepOptions) bool {
+	owner, ok := ownerOf(labels)
+	if !ok {
+		return false
+	}
+	if owner == o.Self {
+		return o.Keep == nil || !o.Keep(labels[LabelSession])
+	}
+	alive, known := owner.Alive(o.Self)
+	return known && !alive
+}
+
+// DaemonSweepOptions configure SweepDaemon.
+type DaemonSweepOptions struct {
+	// ConnectOptions say which containerd to sweep.
+	ConnectOptions
+	// Self is the sweeping controller. The zero value means docker.Self().
+	Self docker.Controller
+	// Snapshotter and FIFODir are as in SweepOptions.
+	Snapshotter, FIFODir string
+}
+
+// SweepDaemon is the sweep a controller runs when it starts: it connects (Connect) and
+// removes the objects of the controllers of this host that are gone (Sweep's rule), and no
+// other: Self's own are all kept, so it may run beside Self's starts. With no daemon to
+// reach it returns an error matching transports.ErrUnavailable, having changed nothing.
+func SweepDaemon(ctx context.Context, o DaemonSweepOptions) (SweepResult, error) {
+	cli, err := Connect(ctx, o.ConnectOptions)
+	if err != nil {
+		return SweepResult{}, fmt.Errorf("sweep: %w", err)
+	}
+	defer cli.Close()
+	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }, Snapshotter: o.Snapshotter, FIFODir: o.FIFODir})
+}

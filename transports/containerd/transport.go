@@ -1,0 +1,263 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+)
+
+// Name is the containerd transport's name, as in Info.Transport.
+const Name = "containerd"
+
+// LeaseTTL is how long a lease that holds a kernel's objects while they are made lives at
+// most: a controller killed half-way through a start leaves nothing held longer.
+const LeaseTTL = time.Minute
+
+// Transport starts each kernel as the task of a container of its own in containerd. It is
+// safe for concurrent use.
+type Transport struct {
+	cli    *client.Client
+	opts   Options
+	bundle func() (*images.Bundle, error)
+}
+
+// New returns a Transport over cli, a client of the daemon (Connect). It starts nothing and
+// does not contact the daemon; Options are checked here: a refusal is a
+// *transports.FieldError (errdefs.ErrInvalidArgument).
+func New(cli *client.Client, opts Options) (*Transport, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("new containerd transport: %w", &transports.FieldError{Field: "cli", Reason: "no containerd client"})
+	}
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if opts.Controller.IsZero() {
+		self, err := docker.Self()
+		if err != nil {
+			return nil, err
+		}
+		opts.Controller = self
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = DefaultRuntime
+	}
+	if opts.Snapshotter == "" {
+		opts.Snapshotter = DefaultSnapshotter
+	}
+	if opts.FIFODir == "" {
+		opts.FIFODir = DefaultFIFODir()
+	}
+	opts.Mounts = append(opts.Mounts[:0:0], opts.Mounts...)
+	return &Transport{cli: cli, opts: opts, bundle: sync.OnceValues(images.Stub)}, nil
+}
+
+// Name returns "containerd".
+func (t *Transport) Name() string { return Name }
+
+// Capabilities reports none: a container has its own environment, pids and file system
+// (the path map's mounts are its bind mounts), and its kernel is attached (its stdin).
+func (t *Transport) Capabilities() transports.Capabilities { return transports.Capabilities{} }
+
+// Image returns the kernel image the kernels run.
+func (t *Transport) Image() (string, error) {
+	if t.opts.Image != "" {
+		return t.opts.Image, nil
+	}
+	b, err := t.bundle()
+	if err != nil {
+		return "", err
+	}
+	return Ref(b), nil
+}
+
+// ctx is ctx in the transport's namespace.
+func nsCtx(ctx context.Context) context.Context { return namespaces.WithNamespace(ctx, Namespace) }
+
+// Start launches a kernel and returns once its task runs; its hello is the first frame on
+// Stdout. ctx bounds only the start. On error nothing is left: no task, container,
+// snapshot, lease or FIFO.
+//
+// It checks the image first (a missing or stale image is an error matching
+// transports.ErrUnavailable that names BuildCommand), then, under a lease of LeaseTTL
+// labelled like the container, creates a container with a snapshot of the image and the
+// OCI spec locked down as Options documents (see specOpts), both labelled with
+// LabelKennel, LabelSession and the controller's labels; creates its task with stdin,
+// stdout and stderr on FIFOs, subscribes to its OOM events, waits on it (before Start, so
+// no exit is missed), and starts it. The kernel's environment is the image's, then PATH,
+// HOME=/tmp and LANG=C.UTF-8, the stub's defaults, Spec.Env, then the transport's own
+// entries (the bundle hash, KENNEL_KERNEL_OWNER=stdin, KENNEL_KERNEL_EOF_GRACE when set),
+// a later key winning (kernelstart.Env). Spec.Python, when set, replaces the image's
+// interpreter. A Spec refused before anything ran is a *transports.FieldError.
+func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transports.Kernel, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("start containerd kernel %q: %w", spec.SessionID, err)
+		}
+	}()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	if err := transports.CheckSpec(spec); err != nil {
+		return nil, err
+	}
+	b, err := t.bundle()
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, err := t.opts.UserFor(spec.Dir)
+	if err != nil {
+		return nil, err
+	}
+	ctx = nsCtx(ctx)
+	ref, err := t.Image()
+	if err != nil {
+		return nil, err
+	}
+	_, img, err := check(ctx, t.cli, ref, b)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := img.img.IsUnpacked(ctx, t.opts.Snapshotter); err != nil {
+		return nil, fmt.Errorf("image %s: %w", ref, classify(err))
+	} else if !ok {
+		// The content is here (no registry): unpacking is local.
+		if err := img.img.Unpack(ctx, t.opts.Snapshotter); err != nil {
+			return nil, fmt.Errorf("unpack %s: %w", ref, classify(err))
+		}
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	labels := ownerLabels(t.opts.Controller, spec.SessionID)
+
+	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
+	var undo []func(context.Context)
+	defer func() {
+		if err == nil {
+			return
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i](uctx)
+		}
+	}()
+
+	lctx, done, err := t.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(LeaseTTL), leases.WithLabels(labels))
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", classify(err))
+	}
+	defer done(context.WithoutCancel(ctx))
+
+	env := kernelstart.Env{
+		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
+		Stub:     images.KernelEnv(b),
+		EOFGrace: t.opts.EOFGrace,
+	}
+	c, err := t.cli.NewContainer(lctx, id,
+		client.WithContainerLabels(labels),
+		client.WithSnapshotter(t.opts.Snapshotter),
+		client.WithNewSnapshot(id, img.img, snapshots.WithLabels(labels)),
+		client.WithRuntime(t.opts.Runtime, nil),
+		client.WithNewSpec(t.specOpts(img, env.Build(spec.Env), spec, uid, gid)...),
+	)
+	if err != nil {
+		// A snapshot prepared before the container record failed is removed too.
+		_ = t.cli.SnapshotService(t.opts.Snapshotter).Remove(context.WithoutCancel(lctx), id)
+		return nil, fmt.Errorf("create container: %w", classify(err))
+	}
+	undo = append(undo, func(ctx context.Context) { _ = c.Delete(ctx, client.WithSnapshotCleanup) })
+
+	dir := filepath.Join(t.opts.FIFODir, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("fifo directory: %w", err)
+	}
+	fifos := cio.NewFIFOSet(cio.Config{
+		Stdin:  filepath.Join(dir, "stdin"),
+		Stdout: filepath.Join(dir, "stdout"),
+		Stderr: filepath.Join(dir, "stderr"),
+	}, func() error { return os.RemoveAll(dir) })
+	// The FIFOs open in the background, once the shim opens its ends; context.Background:
+	// they must outlive ctx.
+	dio, err := cio.NewDirectIO(context.Background(), fifos)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("open fifos: %w", err)
+	}
+	undo = append(undo, func(context.Context) { dio.Cancel(); _ = dio.Close() })
+
+	// OOM events of this container, subscribed before the task exists.
+	evctx, evcancel := context.WithCancel(nsCtx(context.Background()))
+	undo = append(undo, func(context.Context) { evcancel() })
+	oom := watchOOM(evctx, t.cli, id)
+
+	task, err := c.NewTask(ctx, func(string) (cio.IO, error) { return dio, nil })
+	if err != nil {
+		return nil, fmt.Errorf("create task: %w: %w", transports.ErrUnavailable, err)
+	}
+	undo = append(undo, func(ctx context.Context) { _, _ = task.Delete(ctx, client.WithProcessKill) })
+	exitc, err := task.Wait(nsCtx(context.Background()))
+	if err != nil {
+		return nil, fmt.Errorf("wait task: %w", classify(err))
+	}
+	if err := task.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start task: %w: %w", transports.ErrUnavailable, err)
+	}
+	k := newKernel(t, c, task, dio, spec, exitc, oom, evcancel)
+	return k, nil
+}
+
+// newID is a fresh container id: "kennel-" and 16 hex digits.
+func newID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "kennel-" + hex.EncodeToString(b[:]), nil
+}
+
+// remove deletes container id of the namespace with whatever it still holds: its task
+// (killed if it runs), its snapshot and its FIFO directory under fifoDir. Anything already
+// gone is no error.
+func remove(ctx context.Context, cli *client.Client, id, fifoDir string) error {
+	ctx = nsCtx(ctx)
+	c, err := cli.LoadContainer(ctx, id)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete task %s: %w", id, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task %s: %w", id, err)
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	if fifoDir != "" {
+		_ = os.RemoveAll(filepath.Join(fifoDir, id))
+	}
+	return nil
+}
