@@ -35,9 +35,10 @@ type Record struct {
 }
 
 // Detachable is a detached kernel that can be let go: Detach closes its link and leaves
-// it running alone for its grace (Wait then returns an error matching link.ErrDetached,
-// or the kernel's end for a kernel that is this process's child); Record says how to
-// reach it again. Record may be called at any time; its Applied grows as frames are
+// it running alone for its grace. Wait then returns an error matching link.ErrDetached
+// at once, or, where the transport still watches the kernel's end by other means (a
+// local kernel that is this process's child, a Docker run-mode container), that end when
+// it comes. Record says how to reach the kernel again. Record may be called at any time; its Applied grows as frames are
 // applied.
 type Detachable interface {
 	Kernel
