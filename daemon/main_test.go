@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -103,7 +104,10 @@ func serveDetaching(t testing.TB, opts daemon.Options) *running {
 	go func() { done <- srv.Serve(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(opts.Socket); err == nil {
+		// The socket's file appears at bind, a moment before it listens: a dial that
+		// connects is the proof (a loaded machine may stall between the two).
+		if c, err := net.Dial("unix", opts.Socket); err == nil {
+			c.Close()
 			break
 		}
 		select {

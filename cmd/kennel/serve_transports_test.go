@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,7 +65,10 @@ func startServe(t *testing.T, sock, state, global string) (stop func()) {
 	t.Cleanup(func() { _ = end() })
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		// The socket's file appears at bind, a moment before it listens: a dial that
+		// connects is the proof.
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
 			break
 		}
 		select {
