@@ -44,11 +44,12 @@ func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 // sessionspec (the kernelTransport setting's form), checked as it is decoded.
 type Transport = sessionspec.Transport
 
-// Local, Docker and SSH are the kinds' own fields of a Transport.
+// Local, Docker, SSH and Containerd are the kinds' own fields of a Transport.
 type (
-	Local  = sessionspec.Local
-	Docker = sessionspec.Docker
-	SSH    = sessionspec.SSH
+	Local      = sessionspec.Local
+	Docker     = sessionspec.Docker
+	SSH        = sessionspec.SSH
+	Containerd = sessionspec.Containerd
 )
 
 // Mount is one host directory seen inside the sandbox (sandbox, host, readOnly).

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/api"
@@ -25,6 +28,8 @@ import (
 	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/transports"
+	ctrd "github.com/kennel-dev/kennel/transports/containerd"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
@@ -59,8 +64,10 @@ func containersOf(t *testing.T, cli *client.Client, id string) int {
 
 // TestTheDaemonServesEveryTransport: through the real daemon and its client, a session
 // is created, runs a cell and is deleted on each transport — local, wrapped (bwrap),
-// Docker (the real engine, locked down as under kennel run --docker) and ssh (a real
-// sshd) — with the same API calls; each kernel runs where its transport says.
+// Docker (the real engine, locked down as under kennel run --docker), ssh (a real sshd)
+// and containerd (a containerd the test starts, locked down likewise) — with the same API
+// calls; each kernel runs where its transport says, and a deleted containerd session
+// leaves no container, task, snapshot or lease.
 func TestTheDaemonServesEveryTransport(t *testing.T) {
 	srv := sshtest.Start(t)
 	kit := launch.New(launch.Options{Hosts: ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none"}})
@@ -77,7 +84,10 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 		name string
 		req  func(t *testing.T) api.CreateSession
 		want func(t *testing.T, dir string, result string)
+		// gone, when set, checks what the deleted session left.
+		gone func(t *testing.T, id string)
 	}
+	var ctrdD *containerdtest.D
 	for _, c := range []tc{
 		{"local", func(t *testing.T) api.CreateSession {
 			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Local: &api.Local{}}}
@@ -85,7 +95,7 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			if want := "(" + itoa(os.Getuid()) + ", True, '" + dir + "')"; res != want {
 				t.Errorf("local: %s, want %s", res, want)
 			}
-		}},
+		}, nil},
 		{"wrapped", func(t *testing.T) api.CreateSession {
 			testneed.Tools(t, "bwrap")
 			dir := t.TempDir()
@@ -97,7 +107,7 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			if want := "(" + itoa(os.Getuid()) + ", False, '/work')"; res != want {
 				t.Errorf("wrapped: %s, want %s", res, want)
 			}
-		}},
+		}, nil},
 		{"docker", func(t *testing.T) api.CreateSession {
 			dockerneed.KernelEngine(t)
 			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Docker: &api.Docker{}}}
@@ -105,12 +115,52 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			if !strings.HasSuffix(res, ", False, '"+dir+"')") || strings.HasPrefix(res, "(0,") {
 				t.Errorf("docker: %s: want a non-root kernel that sees only its mount", res)
 			}
-		}},
+		}, nil},
 		{"ssh", func(t *testing.T) api.CreateSession {
 			return api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}
 		}, func(t *testing.T, dir, res string) {
 			if !strings.HasSuffix(res, "'"+srv.Home+"')") {
 				t.Errorf("ssh: %s, want the remote home %s", res, srv.Home)
+			}
+		}, nil},
+		{"containerd", func(t *testing.T) api.CreateSession {
+			ctrdD = containerdtest.Own(t)
+			return api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Containerd: &api.Containerd{Address: ctrdD.Address}}}
+		}, func(t *testing.T, dir, res string) {
+			if !strings.HasSuffix(res, ", False, '"+dir+"')") || strings.HasPrefix(res, "(0,") {
+				t.Errorf("containerd: %s: want a non-root kernel that sees only its mount", res)
+			}
+		}, func(t *testing.T, id string) {
+			ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), ctrd.Namespace), 30*time.Second)
+			defer cancel()
+			var cs, ts, ls, snaps int
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				c, err := ctrdD.Client.Containers(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tl, err := ctrdD.Client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := ctrdD.Client.LeasesService().List(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				snaps = 0
+				if err := ctrdD.Client.SnapshotService(ctrd.DefaultSnapshotter).Walk(ctx, func(context.Context, snapshots.Info) error {
+					snaps++
+					return nil
+				}, `labels."`+ctrd.LabelKennel+`"==1`); err != nil {
+					t.Fatal(err)
+				}
+				cs, ts, ls = len(c), len(tl.Tasks), len(l)
+				if cs+ts+ls+snaps == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if cs+ts+ls+snaps != 0 {
+				t.Errorf("deleted session %s left %d containers, %d tasks, %d leases, %d snapshots", id, cs, ts, ls, snaps)
 			}
 		}},
 	} {
@@ -131,6 +181,9 @@ func TestTheDaemonServesEveryTransport(t *testing.T) {
 			c.want(t, req.Cwd, *rep.Cell.Result)
 			if err := r.c.DeleteSession(ctx, s.ID); err != nil {
 				t.Fatal(err)
+			}
+			if c.gone != nil {
+				c.gone(t, s.ID)
 			}
 		})
 	}

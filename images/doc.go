@@ -7,7 +7,8 @@
 // private cache directory (Unpack, KernelArgv) or streamed over stdin into memory
 // (BootstrapArgv, BootstrapPayload), for sandboxes whose files kennel cannot write
 // ahead of time. ResolvePython turns "python3" into the real interpreter's absolute
-// path once, so no kernel start pays for a shim.
+// path once, so no kernel start pays for a shim; PythonCache keeps that answer on disk
+// for the next process, checked against the identity of the files it came from.
 //
 // Starting a local kernel:
 //

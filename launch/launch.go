@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
+	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/controller"
@@ -19,6 +21,7 @@ import (
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/ssh"
@@ -37,6 +40,9 @@ type Options struct {
 	Wrapped wrapped.Options
 	Docker  docker.Options
 	SSH     ssh.Options
+	// Containerd carries the graces (and, for tests, the rest of the options) of the
+	// containerd transport; a description's fields take precedence.
+	Containerd containerd.Options
 	// Hosts configures the ssh connections the Kit keeps (one per host, shared by its
 	// sessions).
 	Hosts ssh.HostsOptions
@@ -51,8 +57,8 @@ type Options struct {
 }
 
 // Kit assembles sessions from descriptions. It keeps what its sessions share: one local
-// transport (each interpreter resolved once), one Docker Engine client, and one ssh
-// connection per host. It is safe for concurrent use; Close it when no session it
+// transport (each interpreter resolved once), one Docker Engine client, one containerd
+// client per daemon address, and one ssh connection per host. It is safe for concurrent use; Close it when no session it
 // assembled runs any more.
 type Kit struct {
 	opts Options
@@ -62,6 +68,8 @@ type Kit struct {
 	engine *client.Client
 	swept  bool
 	hosts  *ssh.Hosts
+	// ctrd holds the containerd clients by address, each swept once.
+	ctrd   map[string]*ctrdclient.Client
 	closed bool
 }
 
@@ -85,7 +93,7 @@ func New(opts Options) *Kit {
 	return &Kit{opts: opts}
 }
 
-// Close releases the engine client and the ssh connections.
+// Close releases the engine client, the containerd clients and the ssh connections.
 func (k *Kit) Close() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -99,6 +107,10 @@ func (k *Kit) Close() error {
 		errs = append(errs, k.hosts.Close())
 		k.hosts = nil
 	}
+	for addr, cli := range k.ctrd {
+		errs = append(errs, cli.Close())
+		delete(k.ctrd, addr)
+	}
 	return errors.Join(errs...)
 }
 
@@ -111,7 +123,7 @@ type Parts struct {
 	// Transport starts the session's kernels.
 	Transport transports.Transport
 	// Dir is the session's working directory: a host path, checked (local, wrapped,
-	// docker), or for ssh the remote host's path (Remote).
+	// docker, containerd), or for ssh the remote host's path (Remote).
 	Dir string
 	// Remote reports that Dir is on the kernel's own host, not this machine.
 	Remote bool
@@ -176,6 +188,8 @@ func (k *Kit) Assemble(ctx context.Context, spec *sessionspec.Transport, dir str
 		err = k.docker(ctx, spec, dir, p)
 	case sessionspec.KindSSH:
 		err = k.ssh(ctx, spec, p)
+	case sessionspec.KindContainerd:
+		err = k.containerd(ctx, spec, dir, p)
 	default:
 		err = fmt.Errorf("assemble: kind %q: %w", kind, sessionspec.ErrInvalid)
 	}
@@ -441,4 +455,140 @@ func (k *Kit) ssh(ctx context.Context, spec *sessionspec.Transport, p *Parts) er
 	p.Transport = ssh.New(hosts, o)
 	p.Dir, p.Remote, p.SandboxDir, p.Handler, p.Python = dir, true, dir, handler, spec.Python
 	return nil
+}
+
+// containerdOptions is the transport's options for c, the description's containerd
+// fields, with mounts as its bind mounts.
+func (k *Kit) containerdOptions(c *sessionspec.Containerd, mounts []pathmap.Mount) (containerd.Options, error) {
+	o := k.opts.Containerd
+	if c.Image != "" {
+		o.Image = c.Image
+	}
+	if c.Runtime != "" {
+		o.Runtime = c.Runtime
+	}
+	if c.User != "" {
+		o.User = c.User
+	}
+	if c.Pids != 0 {
+		o.Pids = c.Pids
+	}
+	mem, err := c.MemoryBytes()
+	if err != nil {
+		return o, err
+	}
+	if mem != 0 {
+		o.Memory = mem
+	}
+	nano, err := c.NanoCPUs()
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case nano < 0:
+		o.CPUQuota = -1
+	case nano > 0:
+		// CFS quota per containerd.DefaultCPUPeriod (100 ms): a CPU is 100 000 µs.
+		o.CPUQuota = max(1_000, nano*containerd.DefaultCPUPeriod/1_000_000_000)
+	}
+	o.Mounts = mounts
+	return o, nil
+}
+
+func (k *Kit) containerd(ctx context.Context, spec *sessionspec.Transport, dir string, p *Parts) error {
+	if err := controller.CheckWorkingDir(dir); err != nil {
+		return err
+	}
+	// As for Docker: a first map finds the mounts and the sandbox directory, the kernel's
+	// user follows from them, and fs.write's files must be that user's too.
+	probe := &Parts{}
+	m, err := hostMap(spec, dir, nil, probe)
+	if err != nil {
+		return err
+	}
+	mounts, sandboxDir := m.Mounts(), m.Dir()
+	probe.Release()
+	o, err := k.containerdOptions(spec.Containerd, mounts)
+	if err != nil {
+		return err
+	}
+	uid, gid, err := o.UserFor(sandboxDir)
+	if err != nil {
+		return &sessionspec.FieldError{Field: "containerd.user", Err: err}
+	}
+	var owner *pathmap.Owner
+	if int(uid) != os.Geteuid() || int(gid) != os.Getegid() {
+		owner = &pathmap.Owner{UID: int(uid), GID: int(gid)}
+	}
+	if m, err = hostMap(spec, dir, owner, p); err != nil {
+		return err
+	}
+	k.env(spec, m, p)
+	addr := spec.Containerd.Address
+	cli, err := k.containerdClient(ctx, addr)
+	if err != nil {
+		return err
+	}
+	tr, err := containerd.New(cli, o)
+	if err != nil {
+		return err
+	}
+	// Check the image now: a missing or stale one fails the session at once, naming
+	// `kennel image build --containerd` (with the daemon's --address when not the
+	// default).
+	b, err := images.Stub()
+	if err != nil {
+		return err
+	}
+	ref, err := tr.Image()
+	if err != nil {
+		return err
+	}
+	if _, err := containerd.Check(ctx, cli, ref, b); err != nil {
+		if a := strings.TrimPrefix(addr, "unix://"); a != "" && a != containerd.DefaultAddress && (errors.Is(err, containerd.ErrImageMissing) || errors.Is(err, containerd.ErrImageStale)) {
+			return fmt.Errorf("containerd %s: %w (give it --address %s)", addr, err, addr)
+		}
+		return fmt.Errorf("containerd %s: %w", orDefault(addr, containerd.DefaultAddress), err)
+	}
+	p.Transport, p.Python = tr, spec.Python
+	return nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// containerdClient returns the Kit's client of the containerd at addr (empty: the
+// default), connecting and sweeping what controllers that are gone left there on first
+// use. Sessions on the same daemon share it.
+func (k *Kit) containerdClient(ctx context.Context, addr string) (*ctrdclient.Client, error) {
+	addr = strings.TrimPrefix(addr, "unix://")
+	if addr == "" {
+		addr = containerd.DefaultAddress
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, fmt.Errorf("containerd %s: kit closed: %w", addr, transports.ErrUnavailable)
+	}
+	if cli := k.ctrd[addr]; cli != nil {
+		return cli, nil
+	}
+	cli, err := containerd.Connect(ctx, containerd.ConnectOptions{Address: addr})
+	if err != nil {
+		return nil, err
+	}
+	so := containerd.SweepOptions{Keep: func(string) bool { return true }, Snapshotter: k.opts.Containerd.Snapshotter, FIFODir: k.opts.Containerd.FIFODir, Self: k.opts.Containerd.Controller}
+	if _, err := containerd.Sweep(ctx, cli, so); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("containerd %s sweep: %w", addr, err)
+	}
+	if k.ctrd == nil {
+		k.ctrd = map[string]*ctrdclient.Client{}
+	}
+	k.ctrd[addr] = cli
+	return cli, nil
 }

@@ -44,7 +44,7 @@ func genSpec(t *rapid.T, dir string) *sessionspec.Transport {
 	str := rapid.SampledFrom([]string{"", "x", "/abs", "rel", "-dash", "python3", "none", "bridge", "host", "2g", "-1", "lots", "1000:1000", "0:0", "me@h:22", dir, "setsid"})
 	tr := &sessionspec.Transport{}
 	// Mostly one kind (so descriptions that can start are drawn often), else any set.
-	one := rapid.SampledFrom([]string{"", "local", "wrapped", "docker", "ssh"}).Draw(t, "kind")
+	one := rapid.SampledFrom([]string{"", "local", "wrapped", "docker", "ssh", "containerd"}).Draw(t, "kind")
 	pick := func(kind string) bool { return one == kind || (one == "" && rapid.Bool().Draw(t, kind)) }
 	if pick("local") {
 		tr.Local = &sessionspec.Local{}
@@ -58,6 +58,12 @@ func genSpec(t *rapid.T, dir string) *sessionspec.Transport {
 	}
 	if pick("ssh") {
 		tr.SSH = &sessionspec.SSH{Target: str.Draw(t, "target"), Dir: str.Draw(t, "sshdir")}
+	}
+	if pick("containerd") {
+		// Never the machine's daemon: a socket nothing listens on, or a bad address.
+		tr.Containerd = &sessionspec.Containerd{Address: rapid.SampledFrom([]string{filepath.Join(dir, "no-containerd.sock"), "rel.sock"}).Draw(t, "address"),
+			Network: str.Draw(t, "cnetwork"), Memory: str.Draw(t, "cmemory"), User: str.Draw(t, "cuser"), Runtime: str.Draw(t, "cruntime"),
+			Pids: rapid.Int64Range(-2, 3).Draw(t, "cpids")}
 	}
 	if rapid.Bool().Draw(t, "python") {
 		tr.Python = str.Draw(t, "python name")
@@ -134,15 +140,18 @@ func TestAssembleRefusesWhatItCannotStart(t *testing.T) {
 		dir  string
 		want string
 	}{
-		"no kind":        {&sessionspec.Transport{}, dir, "names no transport"},
-		"two kinds":      {&sessionspec.Transport{Local: &sessionspec.Local{}, Docker: &sessionspec.Docker{}}, dir, "names 2 transports"},
-		"empty argv":     {&sessionspec.Transport{ArgvPrefix: []string{}}, dir, "argvPrefix"},
-		"missing dir":    {nil, filepath.Join(dir, "gone"), "working directory is gone"},
-		"no engine":      {&sessionspec.Transport{Docker: &sessionspec.Docker{}}, dir, "unavailable"},
-		"host down":      {&sessionspec.Transport{SSH: &sessionspec.SSH{Target: "somewhere"}}, dir, "ssh somewhere"},
-		"mount outside":  {&sessionspec.Transport{ArgvPrefix: []string{"x"}, PathMap: []pathmap.Mount{{Sandbox: "/w", Host: "/nonexistent"}}}, dir, "path map"},
-		"docker network": {&sessionspec.Transport{Docker: &sessionspec.Docker{Network: "host"}}, dir, "docker.network"},
-		"reserved env":   {&sessionspec.Transport{ArgvPrefix: []string{"x"}, Env: []string{"LANG", "KENNEL_KERNEL_OWNER"}}, dir, "env[1]"},
+		"no kind":            {&sessionspec.Transport{}, dir, "names no transport"},
+		"two kinds":          {&sessionspec.Transport{Local: &sessionspec.Local{}, Docker: &sessionspec.Docker{}}, dir, "names 2 transports"},
+		"empty argv":         {&sessionspec.Transport{ArgvPrefix: []string{}}, dir, "argvPrefix"},
+		"missing dir":        {nil, filepath.Join(dir, "gone"), "working directory is gone"},
+		"no engine":          {&sessionspec.Transport{Docker: &sessionspec.Docker{}}, dir, "unavailable"},
+		"host down":          {&sessionspec.Transport{SSH: &sessionspec.SSH{Target: "somewhere"}}, dir, "ssh somewhere"},
+		"mount outside":      {&sessionspec.Transport{ArgvPrefix: []string{"x"}, PathMap: []pathmap.Mount{{Sandbox: "/w", Host: "/nonexistent"}}}, dir, "path map"},
+		"docker network":     {&sessionspec.Transport{Docker: &sessionspec.Docker{Network: "host"}}, dir, "docker.network"},
+		"no containerd":      {&sessionspec.Transport{Containerd: &sessionspec.Containerd{Address: filepath.Join(dir, "no.sock")}}, dir, "unavailable"},
+		"containerd user":    {&sessionspec.Transport{Containerd: &sessionspec.Containerd{User: "kennel", Address: filepath.Join(dir, "no.sock")}}, dir, "containerd.user"},
+		"containerd and ssh": {&sessionspec.Transport{Containerd: &sessionspec.Containerd{}, SSH: &sessionspec.SSH{Target: "h"}}, dir, "names 2 transports"},
+		"reserved env":       {&sessionspec.Transport{ArgvPrefix: []string{"x"}, Env: []string{"LANG", "KENNEL_KERNEL_OWNER"}}, dir, "env[1]"},
 	} {
 		p, err := k.Assemble(ctx, tc.spec, tc.dir)
 		if err == nil || p != nil || !strings.Contains(err.Error(), tc.want) {

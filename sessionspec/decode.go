@@ -150,6 +150,10 @@ func decode(data []byte) (*Transport, []error) {
 			s, serrs := subObject[SSH]("ssh", raw)
 			errs = append(errs, serrs...)
 			t.SSH = s
+		case "containerd":
+			c, cerrs := subObject[Containerd]("containerd", raw)
+			errs = append(errs, cerrs...)
+			t.Containerd = c
 		case "python":
 			one("python", raw, &t.Python)
 		case "pathMap":
@@ -168,7 +172,7 @@ func decode(data []byte) (*Transport, []error) {
 			t.Env, serrs = stringList("env", raw)
 			errs = append(errs, serrs...)
 		default:
-			errs = append(errs, unknown(key, "local, argvPrefix, docker, ssh, python, pathMap, env"))
+			errs = append(errs, unknown(key, "local, argvPrefix, docker, ssh, containerd, python, pathMap, env"))
 		}
 	}
 	return t, errs

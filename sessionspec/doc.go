@@ -1,6 +1,7 @@
 // Package sessionspec is the one description of where a session's kernel runs: a
 // Transport naming exactly one kind (local, a wrapper argv, a Docker container, a host
-// over ssh) with that kind's options, the path map and the environment it takes.
+// over ssh, a containerd container) with that kind's options, the path map and the
+// environment it takes.
 //
 // The kernelTransport setting, the flags of `kennel run` and `kennel create`, and the
 // API's POST /sessions `transport` all decode into it, and it is checked in one place

@@ -18,14 +18,16 @@ import (
 // The kinds of transport a Transport can name, as Kind returns them and as each
 // transport's Name reports it.
 const (
-	KindLocal   = "local"
-	KindWrapped = "wrapped"
-	KindDocker  = "docker"
-	KindSSH     = "ssh"
+	KindLocal      = "local"
+	KindWrapped    = "wrapped"
+	KindDocker     = "docker"
+	KindSSH        = "ssh"
+	KindContainerd = "containerd"
 )
 
 // Transport describes where a session's kernel runs and how: exactly one of Local,
-// ArgvPrefix (a wrapped kernel), Docker and SSH, with the fields that kind takes. It is
+// ArgvPrefix (a wrapped kernel), Docker, SSH and Containerd, with the fields that kind
+// takes. It is
 // the one type the kernelTransport setting, `kennel run`'s and `kennel create`'s flags and
 // the API's `transport` all decode into (its JSON is the setting's). The zero value names
 // no transport and is refused: a host kernel runs only when the description is absent
@@ -42,14 +44,18 @@ type Transport struct {
 	// SSH runs the kernel on a remote host (transports/ssh); its files are the remote
 	// host's, served over SFTP.
 	SSH *SSH `json:"ssh,omitempty"`
+	// Containerd runs the kernel as the task of a locked-down container in a containerd
+	// daemon (transports/containerd).
+	Containerd *Containerd `json:"containerd,omitempty"`
 
 	// Python is the interpreter inside the sandbox: a name on its PATH or a path. Empty
 	// means "python3".
 	Python string `json:"python,omitempty"`
-	// PathMap lists the shared mounts (wrapped and docker): each is one directory at its
+	// PathMap lists the shared mounts (wrapped, docker and containerd): each is one directory at its
 	// sandbox and its host path. Empty maps the session's directory to itself.
 	PathMap []pathmap.Mount `json:"pathMap,omitempty"`
-	// Env names host variables the kernel gets (wrapped and docker), their values mapped
+	// Env names host variables the kernel gets (wrapped, docker and containerd), their
+	// values mapped
 	// through the path map.
 	Env []string `json:"env,omitempty"`
 }
@@ -78,6 +84,35 @@ type Docker struct {
 	Runtime string `json:"runtime,omitempty"`
 	// User is the kernel's "uid:gid" (or a user name of the image); empty means the
 	// operator's uid:gid, never root.
+	User string `json:"user,omitempty"`
+}
+
+// Containerd is the containerd transport's description. Every zero value is the
+// transport's locked-down default (transports/containerd.Options); its objects live in
+// containerd's namespace "kennel", which is not configurable.
+type Containerd struct {
+	// Address is the daemon's socket (an absolute path); empty means
+	// /run/containerd/containerd.sock, the machine's containerd (not Docker's own).
+	Address string `json:"address,omitempty"`
+	// Image is the kernel image in the kennel namespace; empty means the one `kennel image
+	// build --containerd` imports (docker.io/library/kennel-kernel:<stub hash>).
+	Image string `json:"image,omitempty"`
+	// Runtime is a containerd shim ("io.containerd.<name>.<version>", e.g.
+	// "io.containerd.runsc.v1", gVisor's own shim) or an OCI runtime binary the runc shim
+	// runs in runc's place ("runsc": gVisor, as Docker's runtime runsc); empty means runc
+	// ("io.containerd.runc.v2").
+	Runtime string `json:"runtime,omitempty"`
+	// Network is "none" (the default: a network namespace with only loopback), the only
+	// network the transport gives.
+	Network string `json:"network,omitempty"`
+	// Memory is the memory limit, e.g. "512m" or "2g"; empty means 1 GiB; "-1" none.
+	Memory string `json:"memory,omitempty"`
+	// CPUs is the CPU limit, e.g. "0.5" or "2"; empty means 1; "-1" none.
+	CPUs string `json:"cpus,omitempty"`
+	// Pids limits processes and threads; 0 means 256; -1 none.
+	Pids int64 `json:"pids,omitempty"`
+	// User is the kernel's numeric "uid:gid" (a user name is refused: resolving it would
+	// read the image on the client); empty means the operator's uid:gid, never root.
 	User string `json:"user,omitempty"`
 }
 
@@ -153,11 +188,14 @@ func (t *Transport) Kind() (string, error) {
 	if t.SSH != nil {
 		kinds = append(kinds, KindSSH)
 	}
+	if t.Containerd != nil {
+		kinds = append(kinds, KindContainerd)
+	}
 	switch len(kinds) {
 	case 1:
 		return kinds[0], nil
 	case 0:
-		return "", bad("", "names no transport: set one of local, argvPrefix, docker, ssh")
+		return "", bad("", "names no transport: set one of local, argvPrefix, docker, ssh, containerd")
 	}
 	return "", bad("", "names %d transports (%s): set exactly one", len(kinds), strings.Join(kindNames(kinds), ", "))
 }
@@ -217,13 +255,16 @@ func (t *Transport) Validate() error {
 	if t.SSH != nil {
 		errs = append(errs, t.SSH.check()...)
 	}
+	if t.Containerd != nil {
+		errs = append(errs, t.Containerd.check()...)
+	}
 	switch kind {
 	case KindLocal:
 		if len(t.PathMap) > 0 {
-			add(bad("pathMap", "a local kernel sees the host's files: pathMap goes with argvPrefix or docker"))
+			add(bad("pathMap", "a local kernel sees the host's files: pathMap goes with argvPrefix, docker or containerd"))
 		}
 		if len(t.Env) > 0 {
-			add(bad("env", "a local kernel has the host's environment: env goes with argvPrefix or docker"))
+			add(bad("env", "a local kernel has the host's environment: env goes with argvPrefix, docker or containerd"))
 		}
 	case KindSSH:
 		if len(t.PathMap) > 0 {
@@ -308,8 +349,13 @@ func (d *Docker) check() []error {
 }
 
 // MemoryBytes is Memory in bytes: 0 for the default, -1 for none.
-func (d *Docker) MemoryBytes() (int64, error) {
-	switch m := d.Memory; m {
+func (d *Docker) MemoryBytes() (int64, error) { return memoryBytes("docker.memory", d.Memory) }
+
+// NanoCPUs is CPUs in billionths of a CPU: 0 for the default, -1 for none.
+func (d *Docker) NanoCPUs() (int64, error) { return nanoCPUs("docker.cpus", d.CPUs) }
+
+func memoryBytes(field, m string) (int64, error) {
+	switch m {
 	case "", "0":
 		return 0, nil
 	case "-1":
@@ -317,15 +363,14 @@ func (d *Docker) MemoryBytes() (int64, error) {
 	default:
 		v, err := units.RAMInBytes(m)
 		if err != nil || v <= 0 {
-			return 0, bad("docker.memory", "%q: want a size such as 512m or 2g, or -1 for none", m)
+			return 0, bad(field, "%q: want a size such as 512m or 2g, or -1 for none", m)
 		}
 		return v, nil
 	}
 }
 
-// NanoCPUs is CPUs in billionths of a CPU: 0 for the default, -1 for none.
-func (d *Docker) NanoCPUs() (int64, error) {
-	switch c := d.CPUs; c {
+func nanoCPUs(field, c string) (int64, error) {
+	switch c {
 	case "", "0":
 		return 0, nil
 	case "-1":
@@ -333,7 +378,7 @@ func (d *Docker) NanoCPUs() (int64, error) {
 	default:
 		v, err := strconv.ParseFloat(c, 64)
 		if err != nil || v <= 0 || v > 1024 || math.IsNaN(v) {
-			return 0, bad("docker.cpus", "%q: want a positive number such as 0.5 or 2, or -1 for none", c)
+			return 0, bad(field, "%q: want a positive number such as 0.5 or 2, or -1 for none", c)
 		}
 		return int64(v * 1e9), nil
 	}
@@ -342,21 +387,74 @@ func (d *Docker) NanoCPUs() (int64, error) {
 // NumericUser parses User when it is numeric ("uid:gid"): numeric reports whether it
 // is (a user name of the image is not, and is no error).
 func (d *Docker) NumericUser() (uid, gid int, numeric bool, err error) {
-	u, g, ok := strings.Cut(d.User, ":")
+	return numericUser("docker.user", d.User)
+}
+
+func numericUser(field, user string) (uid, gid int, numeric bool, err error) {
+	u, g, ok := strings.Cut(user, ":")
 	if _, e := strconv.Atoi(u); e != nil {
 		return 0, 0, false, nil
 	}
 	numeric = true
 	if !ok {
-		return 0, 0, true, bad("docker.user", "%q: want uid:gid", d.User)
+		return 0, 0, true, bad(field, "%q: want uid:gid", user)
 	}
 	uid, e1 := strconv.Atoi(u)
 	gid, e2 := strconv.Atoi(g)
 	if e1 != nil || e2 != nil || uid < 0 || gid < 0 || uid > math.MaxInt32 || gid > math.MaxInt32 {
-		return 0, 0, true, bad("docker.user", "%q: want uid:gid, two numbers", d.User)
+		return 0, 0, true, bad(field, "%q: want uid:gid, two numbers", user)
 	}
 	return uid, gid, true, nil
 }
+
+func (c *Containerd) check() []error {
+	var errs []error
+	named := map[string]bool{}
+	add := func(e error) {
+		// One error a field: the first found says what is wrong with it.
+		if fe, ok := e.(*FieldError); ok && !named[fe.Field] {
+			named[fe.Field] = true
+			errs = append(errs, e)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"address", c.Address}, {"image", c.Image}, {"user", c.User}, {"network", c.Network}} {
+		if strings.IndexByte(f.v, 0) >= 0 || strings.TrimSpace(f.v) != f.v {
+			add(bad("containerd."+f.name, "%q has a NUL byte or surrounding space", f.v))
+		}
+	}
+	if a := strings.TrimPrefix(c.Address, "unix://"); c.Address != "" && !path.IsAbs(a) {
+		add(bad("containerd.address", "%q: want the daemon's socket, an absolute path", c.Address))
+	}
+	if c.Network != "" && c.Network != "none" {
+		add(bad("containerd.network", "%q: the containerd transport gives only loopback: none (the default)", c.Network))
+	}
+	if strings.ContainsAny(c.Runtime, " \t\r\n\x00") {
+		add(bad("containerd.runtime", "%q is not a runtime shim name such as io.containerd.runsc.v1", c.Runtime))
+	}
+	if _, err := c.MemoryBytes(); err != nil {
+		add(err)
+	}
+	if _, err := c.NanoCPUs(); err != nil {
+		add(err)
+	}
+	if c.Pids < -1 {
+		add(bad("containerd.pids", "%d: want a positive number, 0 for the default or -1 for none", c.Pids))
+	}
+	if c.User != "" {
+		if _, _, numeric, err := numericUser("containerd.user", c.User); !numeric {
+			add(bad("containerd.user", "%q: want a numeric uid:gid (a user name would be read from the image on the client)", c.User))
+		} else if err != nil {
+			add(err)
+		}
+	}
+	return errs
+}
+
+// MemoryBytes is Memory in bytes: 0 for the default, -1 for none.
+func (c *Containerd) MemoryBytes() (int64, error) { return memoryBytes("containerd.memory", c.Memory) }
+
+// NanoCPUs is CPUs in billionths of a CPU: 0 for the default, -1 for none.
+func (c *Containerd) NanoCPUs() (int64, error) { return nanoCPUs("containerd.cpus", c.CPUs) }
 
 func (s *SSH) check() []error {
 	var errs []error

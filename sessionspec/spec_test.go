@@ -38,6 +38,12 @@ func TestDecodeNamesEveryBadField(t *testing.T) {
 		{`{"argvPrefix": ["x"], "pathMap": [{"sandbox": "/w", "host": "/h", "readOnly": "yes"}, "not a mount"]}`, []string{"pathMap[0].readOnly", "pathMap[1]"}},
 		{`{"argvPrefix": ["x"], "python": "-c"}`, []string{"python"}},
 		{`{"argvPrefix": ["x"], "wrapper": ["y"]}`, []string{"wrapper"}},
+		{`{"containerd": {}, "docker": {}}`, []string{""}},
+		{`{"containerd": {}, "ssh": {"target": "h"}, "local": {}}`, []string{""}},
+		{`{"containerd": {"network": "bridge", "user": "kennel", "memory": "lots", "cpus": "0", "pids": -3, "address": "rel.sock", "namespace": "k8s.io"}}`, []string{"containerd.network", "containerd.user", "containerd.memory", "containerd.pids", "containerd.address", "containerd.namespace"}},
+		{`{"containerd": {"runtime": "io.containerd runsc", "image": " img", "cpus": "fast", "user": "1:x"}}`, []string{"containerd.runtime", "containerd.image", "containerd.cpus", "containerd.user"}},
+		{`{"containerd": {"network": " none"}, "env": ["1A"]}`, []string{"containerd.network", "env[0]"}},
+		{`{"containerd": "yes"}`, []string{"containerd"}},
 		{`[1]`, []string{""}},
 		{`null`, []string{""}},
 	} {
@@ -73,6 +79,9 @@ func TestDecodeTakesEachKind(t *testing.T) {
 		`{"docker": {"image": "img:1", "network": "bridge", "memory": "512m", "cpus": "0.5", "pids": -1, "runtime": "runsc", "user": "1000:1000"}}`: KindDocker,
 		`{"docker": {"container": "box"}, "pathMap": [{"sandbox": "/work", "host": "/tmp"}]}`:                                                       KindDocker,
 		`{"ssh": {"target": "me@host:2222", "dir": "/srv/repo"}}`:                                                                                   KindSSH,
+		`{"containerd": {}}`: KindContainerd,
+		`{"containerd": {"address": "/tmp/c.sock", "image": "img:1", "runtime": "io.containerd.runsc.v1", "network": "none", "memory": "512m", "cpus": "0.5", "pids": -1, "user": "1000:1000"}, "pathMap": [{"sandbox": "/work", "host": "/tmp"}], "env": ["LANG"]}`: KindContainerd,
+		`{"containerd": {"address": "unix:///run/containerd/containerd.sock"}}`: KindContainerd,
 	} {
 		tr, err := Decode([]byte(doc))
 		if err != nil {
@@ -120,6 +129,17 @@ func TestDockerValues(t *testing.T) {
 	if _, _, num, err := (&Docker{User: "kennel"}).NumericUser(); num || err != nil {
 		t.Errorf("a user name: %v %v", num, err)
 	}
+	c := &Containerd{Memory: "512m", CPUs: "2"}
+	if m, err := c.MemoryBytes(); m != 512<<20 || err != nil {
+		t.Errorf("containerd memory %d %v", m, err)
+	}
+	if n, err := c.NanoCPUs(); n != 2_000_000_000 || err != nil {
+		t.Errorf("containerd cpus %d %v", n, err)
+	}
+	var fe *FieldError
+	if _, err := (&Containerd{CPUs: "x"}).NanoCPUs(); !errors.As(err, &fe) || fe.Field != "containerd.cpus" {
+		t.Errorf("containerd cpus error %v names %+v", err, fe)
+	}
 }
 
 // genTransport draws any description: any subset of the kinds, any fields, valid or not.
@@ -140,6 +160,11 @@ func genTransport(t *rapid.T) *Transport {
 	if rapid.Bool().Draw(t, "ssh") {
 		tr.SSH = &SSH{Target: str.Draw(t, "target"), Dir: str.Draw(t, "dir")}
 	}
+	if rapid.Bool().Draw(t, "containerd") {
+		tr.Containerd = &Containerd{Address: str.Draw(t, "address"), Image: str.Draw(t, "cimage"), Runtime: str.Draw(t, "cruntime"),
+			Network: str.Draw(t, "cnetwork"), Memory: str.Draw(t, "cmemory"), CPUs: str.Draw(t, "ccpus"),
+			Pids: rapid.Int64Range(-3, 300).Draw(t, "cpids"), User: str.Draw(t, "cuser")}
+	}
 	tr.Python = str.Draw(t, "python")
 	for range rapid.IntRange(0, 2).Draw(t, "mounts") {
 		tr.PathMap = append(tr.PathMap, pathmap.Mount{Sandbox: str.Draw(t, "sandbox"), Host: str.Draw(t, "hostpath"), ReadOnly: rapid.Bool().Draw(t, "ro")})
@@ -156,7 +181,7 @@ func TestPropValidNamesExactlyOneKind(t *testing.T) {
 		tr := genTransport(t)
 		err := tr.Validate()
 		set := 0
-		for _, b := range []bool{tr.Local != nil, tr.ArgvPrefix != nil, tr.Docker != nil, tr.SSH != nil} {
+		for _, b := range []bool{tr.Local != nil, tr.ArgvPrefix != nil, tr.Docker != nil, tr.SSH != nil, tr.Containerd != nil} {
 			if b {
 				set++
 			}
@@ -185,6 +210,20 @@ func TestPropValidNamesExactlyOneKind(t *testing.T) {
 				t.Fatalf("accepted network %q", n)
 			}
 		}
+		if c := tr.Containerd; c != nil {
+			if c.Network != "" && c.Network != "none" {
+				t.Fatalf("accepted containerd network %q", c.Network)
+			}
+			if _, _, numeric, err := numericUser("containerd.user", c.User); c.User != "" && (!numeric || err != nil) {
+				t.Fatalf("accepted containerd user %q", c.User)
+			}
+			if _, err := c.MemoryBytes(); err != nil {
+				t.Fatalf("accepted containerd memory %q", c.Memory)
+			}
+			if c.Address != "" && !strings.HasPrefix(strings.TrimPrefix(c.Address, "unix://"), "/") {
+				t.Fatalf("accepted containerd address %q", c.Address)
+			}
+		}
 		b, _ := json.Marshal(tr)
 		again, err := Decode(b)
 		if err != nil {
@@ -198,7 +237,7 @@ func TestPropValidNamesExactlyOneKind(t *testing.T) {
 
 // FuzzDecode: Decode never panics, and what it accepts validates and round-trips.
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{}`, `{"local":{}}`, `{"docker":{"memory":"2g"}}`, `{"ssh":{"target":"h"}}`, `{"argvPrefix":["a"],"pathMap":[{"sandbox":"/a","host":"/b"}]}`, `[`, `null`} {
+	for _, s := range []string{`{}`, `{"local":{}}`, `{"docker":{"memory":"2g"}}`, `{"ssh":{"target":"h"}}`, `{"containerd":{"runtime":"io.containerd.runsc.v1","user":"1:1"}}`, `{"containerd":{},"docker":{}}`, `{"argvPrefix":["a"],"pathMap":[{"sandbox":"/a","host":"/b"}]}`, `[`, `null`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -70,9 +70,9 @@ const versionKey = "version"
 // keys is the table of declared keys, in the order they are documented.
 var keys = []*Key{
 	{
-		ID: "kernelTransport", Type: "object {local | argvPrefix | docker | ssh, python, pathMap, env}",
+		ID: "kernelTransport", Type: "object {local | argvPrefix | docker | ssh | containerd, python, pathMap, env}",
 		Scope: ProjectAllowed, RunsCode: true, Default: json.RawMessage("null"),
-		Doc:    "where kernels run: unset (or {\"local\": {}}) runs them on the host; argvPrefix wraps the kernel command, docker runs it in a locked-down container, ssh on a remote host (one unit: a project entry replaces the global one whole; a unit with a bad field starts no kernel)",
+		Doc:    "where kernels run: unset (or {\"local\": {}}) runs them on the host; argvPrefix wraps the kernel command, docker runs it in a locked-down container, containerd in a locked-down container of containerd, ssh on a remote host (one unit: a project entry replaces the global one whole; a unit with a bad field starts no kernel)",
 		decode: decodeKernelTransport,
 		copyTo: func(d, s *Settings) {
 			d.KernelTransport, d.kernelTransportErr = s.KernelTransport, s.kernelTransportErr

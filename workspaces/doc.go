@@ -64,8 +64,11 @@
 // removed) and the child's directory becomes a symlink to the parent. Removing them
 // (2 x the files) costs more than the hand-back itself, so it is off the hand-back's
 // path when a Sweeper is given: HandBack returns, the removal runs in the background, and
-// Sweeper.Wait waits for it (the CLI prints the outcome, then waits). Without a Sweeper
-// HandBack removes trash/ before it returns. A trash/ a process left behind (it ended
+// Sweeper.Wait waits for it. A Sweeper with Defer removes nothing and names the trash
+// directories instead (Sweeper.Deferred), for a process that outlives the caller to remove
+// with RemoveTrash: the CLI prints the outcome, hands them to a detached
+// `kennel workspace sweep` and exits. Without a Sweeper HandBack removes trash/ before it
+// returns. A trash/ a process left behind (it ended
 // first) is removed by the next Create or HandBack under the same state directory. Each
 // remover holds an flock on the trash directory, so two processes do not both do the
 // work; a removal never follows a symlink and makes read-only directories of the copy

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -29,10 +30,19 @@ const removeWorkers = 4
 // it must not be copied after first use. A nil *Sweeper in an option means: remove before
 // the call returns.
 type Sweeper struct {
-	mu      sync.Mutex
-	running int
-	idle    chan struct{} // closed when running drops to 0; nil while nobody waits
-	errs    []error
+	// Defer, set before first use, makes the Sweeper remove nothing itself: each trash
+	// directory it is given is noted instead, for Deferred to return, so that a process
+	// which outlives the caller removes them with RemoveTrash (a command then exits as
+	// soon as its work is recorded). Until that removal runs, the trash stays where a
+	// crash would leave it, and the next Create or HandBack under the same state
+	// directory removes it too. Wait then returns nil at once.
+	Defer bool
+
+	mu       sync.Mutex
+	deferred []string
+	running  int
+	idle     chan struct{} // closed when running drops to 0; nil while nobody waits
+	errs     []error
 	// hook, when not nil, is called by each removal before it starts (a test hook: it
 	// may block to hold a removal back).
 	hook func(trash string)
@@ -70,6 +80,13 @@ func (s *Sweeper) removeTrash(ctx context.Context, trash string, wait bool) erro
 		return removeTrashNow(ctx, trash, wait)
 	}
 	s.mu.Lock()
+	if s.Defer {
+		if !slices.Contains(s.deferred, trash) {
+			s.deferred = append(s.deferred, trash)
+		}
+		s.mu.Unlock()
+		return nil
+	}
 	s.running++
 	hook := s.hook
 	s.mu.Unlock()
@@ -89,6 +106,38 @@ func (s *Sweeper) removeTrash(ctx context.Context, trash string, wait bool) erro
 		}
 	}()
 	return nil
+}
+
+// Deferred returns the trash directories a Sweeper with Defer was given, in order, each
+// once, and forgets them: absolute paths, each the trash/ directory of a workspace, for
+// RemoveTrash.
+func (s *Sweeper) Deferred() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.deferred
+	s.deferred = nil
+	return d
+}
+
+// RemoveTrash removes the trash directory trash of a workspace (as Sweeper.Deferred
+// returns it: <workspace dir>/trash) and everything below it, never following a symlink.
+// When another process is removing the same directory it waits for that one's end and
+// removes what is left. A missing trash is no error. Any path that is not the trash/
+// directory of a workspace directory (one Open accepts) is refused with ErrNotWorkspace
+// and nothing is removed. ctx ends the removal between entries; what is left stays for
+// the next sweep.
+func RemoveTrash(ctx context.Context, trash string) error {
+	clean := filepath.Clean(trash)
+	wsDir := filepath.Dir(clean)
+	if !filepath.IsAbs(clean) || filepath.Base(clean) != trashName {
+		return fmt.Errorf("remove trash %s: not a workspace's trash: %w", trash, ErrNotWorkspace)
+	}
+	if ws, err := Open(wsDir); err != nil {
+		return fmt.Errorf("remove trash %s: %w", trash, err)
+	} else if ws.Dir != wsDir {
+		return fmt.Errorf("remove trash %s: not a workspace's trash: %w", trash, ErrNotWorkspace)
+	}
+	return removeTrashNow(ctx, clean, true)
 }
 
 // removeTrashNow removes the directory trash and all below it, holding an flock on it

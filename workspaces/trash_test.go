@@ -369,3 +369,65 @@ func TestRemoveTreeProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestDeferredSweeperLeavesTheRemovalToRemoveTrash checks that HandBack with a Sweeper
+// in Defer mode removes nothing: it returns with the base and the copy whole in trash/
+// and names that directory in Deferred (once); RemoveTrash then removes it, and a second
+// RemoveTrash of the gone directory is no error.
+func TestDeferredSweeperLeavesTheRemovalToRemoveTrash(t *testing.T) {
+	sc := scenario{base: tree(t, "file a 1", "file d/b 1"), parent: tree(t, "file a 1", "file d/b 1"), child: tree(t, "file a 2", "file d/b 1", "file n new")}
+	st := stage(t, t.TempDir(), sc)
+	s := &Sweeper{Defer: true}
+	out, err := HandBack(context.Background(), st.ws.Path(), HandBackOptions{NoSync: true, Sweeper: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	trash := filepath.Join(st.ws.Dir, trashName)
+	if got := readTree(t, filepath.Join(trash, baseName)); !maps.Equal(got, st.baseDir) {
+		t.Fatalf("trash/base holds %v", got)
+	}
+	if got := readTree(t, filepath.Join(trash, workName)); !maps.Equal(got, st.child) {
+		t.Fatalf("trash/work holds %v", got)
+	}
+	if d := s.Deferred(); len(d) != 1 || d[0] != trash {
+		t.Fatalf("Deferred = %q, want [%s]", d, trash)
+	}
+	if d := s.Deferred(); len(d) != 0 {
+		t.Fatalf("Deferred again = %q, want none", d)
+	}
+	for range 2 {
+		if err := RemoveTrash(context.Background(), trash); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(trash); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("trash still there: %v", err)
+	}
+	checkHandBack(t, st, out)
+}
+
+// TestRemoveTrashRefusesAnyOtherPath checks RemoveTrash removes nothing that is not the
+// trash/ directory of a workspace: a directory named trash elsewhere, a workspace's
+// other directories, the workspace itself, a relative path.
+func TestRemoveTrashRefusesAnyOtherPath(t *testing.T) {
+	sc := scenario{base: tree(t, "file a 1"), parent: tree(t, "file a 1"), child: tree(t, "file a 2")}
+	st := stage(t, t.TempDir(), sc)
+	elsewhere := filepath.Join(t.TempDir(), trashName)
+	if err := os.MkdirAll(filepath.Join(elsewhere, "keep"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{elsewhere, st.ws.Dir, st.ws.Base(), st.ws.Path(), filepath.Join(st.ws.Path(), trashName), trashName, st.ws.Parent} {
+		if err := RemoveTrash(context.Background(), p); !errors.Is(err, ErrNotWorkspace) {
+			t.Errorf("RemoveTrash(%s) = %v, want ErrNotWorkspace", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "keep")); err != nil {
+		t.Errorf("a trash outside a workspace was touched: %v", err)
+	}
+	if got := readTree(t, st.ws.Base()); !maps.Equal(got, st.baseDir) {
+		t.Errorf("the base holds %v", got)
+	}
+}

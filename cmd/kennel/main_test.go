@@ -16,6 +16,7 @@ import (
 	"github.com/kennel-dev/kennel/internal/fakekernel"
 	"github.com/kennel-dev/kennel/internal/reaper"
 	"github.com/kennel-dev/kennel/internal/testproc"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 
 	"github.com/kennel-dev/kennel/settings"
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(containerdtest.Main(m)) // m.Run, then the test containerd (if one started) stopped
 }
 
 // kennelCmd returns the test binary set up to run as `kennel args...` in dir.

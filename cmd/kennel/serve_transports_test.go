@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/api"
@@ -22,6 +23,8 @@ import (
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/settings"
+	ctrd "github.com/kennel-dev/kennel/transports/containerd"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 	"github.com/kennel-dev/kennel/transports/wrapped/wrappedtest"
@@ -128,11 +131,12 @@ func sessionsOf(t *testing.T, sock, global string) []api.Session {
 // TestTheCLIVerbsServeEveryTransport: the real `kennel serve`, driven by the CLI verbs
 // only, creates a session on each transport — local (--local), wrapped (--transport-argv
 // running bwrap, with the python and pathMap of the kernelTransport setting), Docker
-// (--docker: the real engine, locked down) and ssh (--ssh: a real sshd the daemon reaches
-// through the ~/.ssh/config and known_hosts of its HOME) — runs a cell in it with `kennel
+// (--docker: the real engine, locked down), containerd (--containerd --address: a
+// containerd the test starts) and ssh (--ssh: a real sshd the daemon reaches through the
+// ~/.ssh/config and known_hosts of its HOME) — runs a cell in it with `kennel
 // exec`, and removes it with `kennel rm`; each kernel runs where its transport says, `kennel
 // ps` names the transport and lists the session no more once it is removed, and a removed
-// Docker session leaves no container.
+// Docker or containerd session leaves no container.
 func TestTheCLIVerbsServeEveryTransport(t *testing.T) {
 	srv := sshtest.Start(t)
 	sshHome(t, srv) // the daemon's HOME, and so its ~/.ssh/config and known_hosts
@@ -157,6 +161,7 @@ func TestTheCLIVerbsServeEveryTransport(t *testing.T) {
 		gone func(t *testing.T, id string)
 	}
 	var engine *client.Client
+	var ctrdD *containerdtest.D
 	for _, c := range []tc{
 		{name: "local", create: func(t *testing.T) (string, string, []string) {
 			return t.TempDir(), global, []string{"--local"}
@@ -208,6 +213,29 @@ func TestTheCLIVerbsServeEveryTransport(t *testing.T) {
 			}
 			if len(res.Items) != 0 {
 				t.Errorf("%d containers left by removed session %s", len(res.Items), id)
+			}
+		}},
+		{name: "containerd", create: func(t *testing.T) (string, string, []string) {
+			ctrdD = containerdtest.Daemon(t)
+			return t.TempDir(), global, []string{"--containerd", "--address", ctrdD.Address}
+		}, want: func(t *testing.T, dir, res string) {
+			if !strings.HasSuffix(res, ", False, '"+dir+"')") || strings.HasPrefix(res, "(0,") {
+				t.Errorf("containerd: %s: want a non-root kernel that sees only its mount", res)
+			}
+		}, gone: func(t *testing.T, id string) {
+			ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), ctrd.Namespace), 30*time.Second)
+			defer cancel()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				cs, err := ctrdD.Client.Containers(ctx, `labels."`+ctrd.LabelSession+`"==`+strconv.Quote(id))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(cs) == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d containers left in containerd by removed session %s", len(cs), id)
+				}
 			}
 		}},
 		{name: "ssh", create: func(t *testing.T) (string, string, []string) {

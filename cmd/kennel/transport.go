@@ -8,6 +8,7 @@ import (
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/settings"
+	ctrd "github.com/kennel-dev/kennel/transports/containerd"
 )
 
 // transportFlags are the flags of `kennel run` and `kennel create` that say where the
@@ -21,6 +22,10 @@ type transportFlags struct {
 	// empty field is the Docker transport's locked-down default.
 	docker       bool
 	dockerFields sessionspec.Docker
+	// containerd (--containerd, --address and the lock-down flags it shares with --docker)
+	// runs the kernel as the task of a container in containerd.
+	containerd bool
+	address    string
 	// local (--local) runs a host kernel whatever the settings say.
 	local bool
 }
@@ -31,39 +36,48 @@ func addTransportFlags(fs *pflag.FlagSet, f *transportFlags) {
 	fs.StringVar(&f.ssh, "ssh", "", "run the kernel on this host over ssh ([user@]host[:port]); -C names the remote working directory (default: the remote home)")
 	fs.BoolVar(&f.local, "local", false, "run a local (host) kernel whatever the kernelTransport setting says")
 	fs.BoolVar(&f.docker, "docker", false, "run the kernel in a locked-down Docker container (build its image once with `kennel image build`); the kernelTransport setting's python, pathMap and env still apply")
+	fs.BoolVar(&f.containerd, "containerd", false, "run the kernel in a locked-down container of containerd (import its image once with `kennel image build --containerd`); the kernelTransport setting's python, pathMap and env still apply")
+	fs.StringVar(&f.address, "address", "", "with --containerd: the daemon's socket (default "+ctrd.DefaultAddress+")")
 	d := &f.dockerFields
-	fs.StringVar(&d.Image, "image", "", "with --docker: the kernel image (default kennel-kernel:<stub hash>)")
+	fs.StringVar(&d.Image, "image", "", "with --docker or --containerd: the kernel image (default kennel-kernel:<stub hash>)")
 	fs.StringVar(&d.Container, "docker-exec", "", "with --docker: run the kernel as an exec in this existing container instead")
-	fs.StringVar(&d.Network, "network", "", "with --docker: network: none (default), bridge or a network's name")
-	fs.StringVar(&d.Memory, "memory", "", "with --docker: memory limit, e.g. 512m or 2g (default 1g; -1: none)")
-	fs.StringVar(&d.CPUs, "cpus", "", "with --docker: CPU limit, e.g. 0.5 or 2 (default 1; -1: none)")
-	fs.Int64Var(&d.Pids, "pids", 0, "with --docker: process and thread limit (default 256; -1: none)")
-	fs.StringVar(&d.Runtime, "runtime", "", "with --docker: OCI runtime, e.g. runsc (default: the engine's)")
-	fs.StringVar(&d.User, "user", "", "with --docker: the kernel's uid:gid (default: yours; never root unless 0:0)")
+	fs.StringVar(&d.Network, "network", "", "with --docker: network: none (default), bridge or a network's name; with --containerd: none only")
+	fs.StringVar(&d.Memory, "memory", "", "with --docker or --containerd: memory limit, e.g. 512m or 2g (default 1g; -1: none)")
+	fs.StringVar(&d.CPUs, "cpus", "", "with --docker or --containerd: CPU limit, e.g. 0.5 or 2 (default 1; -1: none)")
+	fs.Int64Var(&d.Pids, "pids", 0, "with --docker or --containerd: process and thread limit (default 256; -1: none)")
+	fs.StringVar(&d.Runtime, "runtime", "", "with --docker: OCI runtime, e.g. runsc (default: the engine's); with --containerd: a shim (io.containerd.runsc.v1) or an OCI runtime binary the runc shim runs (runsc: gVisor) (default: runc)")
+	fs.StringVar(&d.User, "user", "", "with --docker or --containerd: the kernel's uid:gid (default: yours; never root unless 0:0)")
 }
 
 // given reports whether a transport flag was given.
 func (f transportFlags) given() bool {
-	return f.argv != "" || f.ssh != "" || f.docker || f.local || f.dockerFields != (sessionspec.Docker{})
+	return f.argv != "" || f.ssh != "" || f.docker || f.containerd || f.local || f.address != "" || f.dockerFields != (sessionspec.Docker{})
 }
 
 // spec returns the description of the flags over base, the kernelTransport setting in
 // effect (nil: none): no flag keeps base; --local is a local kernel; --ssh the host (the
-// setting's fields are this machine's and do not apply); --transport-argv and --docker
-// take the kind and keep base's python, pathMap and env. Flags that cannot go together,
-// or docker flags without --docker, are a usage error (exit 2).
+// setting's fields are this machine's and do not apply); --transport-argv, --docker and
+// --containerd take the kind and keep base's python, pathMap and env. Flags that cannot
+// go together, lock-down flags without --docker or --containerd, --docker-exec without
+// --docker and --address without --containerd are a usage error (exit 2).
 func (f transportFlags) spec(base *sessionspec.Transport, remoteDir string) (*sessionspec.Transport, error) {
 	n := 0
-	for _, b := range []bool{f.argv != "", f.ssh != "", f.docker, f.local} {
+	for _, b := range []bool{f.argv != "", f.ssh != "", f.docker, f.containerd, f.local} {
 		if b {
 			n++
 		}
 	}
 	if n > 1 {
-		return nil, &exitError{code: 2, msg: "--local, --transport-argv, --docker and --ssh each name where the kernel runs: give one"}
+		return nil, &exitError{code: 2, msg: "--local, --transport-argv, --docker, --containerd and --ssh each name where the kernel runs: give one"}
 	}
-	if !f.docker && f.dockerFields != (sessionspec.Docker{}) {
-		return nil, &exitError{code: 2, msg: "--image, --docker-exec, --network, --memory, --cpus, --pids, --runtime and --user go with --docker"}
+	if !f.docker && !f.containerd && f.dockerFields != (sessionspec.Docker{}) {
+		return nil, &exitError{code: 2, msg: "--image, --network, --memory, --cpus, --pids, --runtime and --user go with --docker or --containerd, --docker-exec with --docker"}
+	}
+	if f.containerd && f.dockerFields.Container != "" {
+		return nil, &exitError{code: 2, msg: "--docker-exec goes with --docker, not --containerd"}
+	}
+	if !f.containerd && f.address != "" {
+		return nil, &exitError{code: 2, msg: "--address goes with --containerd"}
 	}
 	if !f.given() {
 		return base, nil
@@ -80,6 +94,10 @@ func (f transportFlags) spec(base *sessionspec.Transport, remoteDir string) (*se
 	case f.docker:
 		d := f.dockerFields
 		out.Docker = &d
+	case f.containerd:
+		d := f.dockerFields
+		out.Containerd = &sessionspec.Containerd{Address: f.address, Image: d.Image, Runtime: d.Runtime, Network: d.Network,
+			Memory: d.Memory, CPUs: d.CPUs, Pids: d.Pids, User: d.User}
 	default:
 		argv, err := settings.ParseArgv(f.argv)
 		if err != nil {

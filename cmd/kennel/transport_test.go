@@ -12,6 +12,7 @@ import (
 
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/settings"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
 
@@ -85,6 +86,10 @@ func TestEveryTransportSettingStartsWhatItNames(t *testing.T) {
 			`{"argvPrefix": ["env"], "x": 1}`:                  "/kernelTransport/x",
 			`"docker"`:                                         "kernelTransport",
 			`{"local": {}, "env": ["HOME"]}`:                   "env",
+			`{"containerd": {"network": "bridge"}}`:            "containerd.network",
+			`{"containerd": {"user": "kennel"}}`:               "containerd.user",
+			`{"containerd": {}, "docker": {}}`:                 "names 2 transports",
+			`{"containerd": {"namespace": "k8s.io"}}`:          "containerd.namespace",
 		} {
 			setTransport(t, global, unit)
 			marker := filepath.Join(dir, "ran")
@@ -137,6 +142,19 @@ func TestEveryTransportSettingStartsWhatItNames(t *testing.T) {
 		}
 	})
 
+	t.Run("containerd", func(t *testing.T) {
+		d := containerdtest.Daemon(t)
+		setTransport(t, global, `{"containerd": {"address": "`+d.Address+`"}}`)
+		out, errOut, code := runWith(t, dir, global, nil, "run", "--debug", "-c", whereCell(host), "-c", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('network')\nexcept OSError:\n    print('no network')")
+		f := strings.Fields(out)
+		if code != 0 || len(f) != 5 || f[0] == "0" || f[1] != "False" || f[2] != dir || f[3] != "no" {
+			t.Fatalf("a containerd setting: exit %d, stdout %q, stderr %s", code, out, errOut)
+		}
+		if !strings.Contains(errOut, "transport=containerd") {
+			t.Errorf("the debug log does not name the containerd transport: %s", errOut)
+		}
+	})
+
 	t.Run("ssh", func(t *testing.T) {
 		srv := sshtest.Start(t)
 		home := sshHome(t, srv)
@@ -149,3 +167,44 @@ func TestEveryTransportSettingStartsWhatItNames(t *testing.T) {
 }
 
 func quotePy(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }
+
+// TestRunContainerd: `kennel run --containerd --address A` runs its cells in a locked-down
+// container of that containerd — non-root, seeing only its directory, with no network —
+// whatever the kernelTransport setting says (here a wrapper that would fail); a
+// description flag without its kind, or a missing image, is refused naming the fix.
+func TestRunContainerd(t *testing.T) {
+	d := containerdtest.Daemon(t)
+	global := filepath.Join(t.TempDir(), "config")
+	setTransport(t, global, `{"argvPrefix": ["false"]}`)
+	dir := t.TempDir()
+	host := hostOnlyFile(t)
+	out, errOut, code := runWith(t, dir, global, nil, "run", "--containerd", "--address", d.Address, "--memory", "512m", "-c", whereCell(host),
+		"-c", "print(open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip() if __import__('os').path.exists('/sys/fs/cgroup/memory/memory.limit_in_bytes') else 'unknown')")
+	f := strings.Fields(out)
+	if code != 0 || len(f) != 4 || f[0] == "0" || f[1] != "False" || f[2] != dir {
+		t.Fatalf("run --containerd: exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
+	if f[3] != "unknown" && f[3] != strconv.Itoa(512<<20) {
+		t.Errorf("run --containerd --memory 512m: the kernel's memory limit is %s", f[3])
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--address", d.Address}, 2, "--address goes with --containerd"},
+		{[]string{"--containerd", "--docker-exec", "box"}, 2, "--docker-exec goes with --docker"},
+		{[]string{"--containerd", "--docker"}, 2, "give one"},
+		{[]string{"--containerd", "--address", d.Address, "--network", "bridge"}, 1, "containerd.network"},
+		{[]string{"--containerd", "--address", d.Address, "--image", "docker.io/library/kennel-kernel:000000000000"}, 1, "kennel image build --containerd"},
+	} {
+		marker := filepath.Join(dir, "ran")
+		out, errOut, code := runWith(t, dir, global, nil, append(append([]string{"run"}, c.args...), "-c", "open("+quotePy(marker)+", 'w').close()")...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("run %v: exit %d, stdout %q, stderr %q; want exit %d naming %q", c.args, code, out, errOut, c.code, c.want)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("run %v: the cell ran", c.args)
+		}
+	}
+}

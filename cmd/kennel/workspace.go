@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,8 +28,55 @@ func newWorkspaceCmd() *cobra.Command {
 		Use:   "workspace",
 		Short: "Make isolated copies of a directory for children and hand their changes back",
 	}
-	cmd.AddCommand(newWorkspaceCreateCmd(), newWorkspaceHandbackCmd())
+	cmd.AddCommand(newWorkspaceCreateCmd(), newWorkspaceHandbackCmd(), newWorkspaceSweepCmd())
 	return cmd
+}
+
+// sweepEnv is added to the environment of the detached `kennel workspace sweep` (tests:
+// what makes the test binary run main).
+var sweepEnv []string
+
+// sweepDetached hands the trash directories (workspaces.Sweeper.Deferred) to a
+// `kennel workspace sweep` of this binary that runs detached: in a session of its own,
+// in /, with stdin, stdout and stderr on /dev/null, not waited for; so the caller (a
+// shell, or a CI step reading this process's output) is not held by the removal. A
+// sweep that cannot start is done here before it returns. A sweep that ends early
+// (killed, a reboot) leaves its trash to the next create or handback, which removes it.
+func sweepDetached(ctx context.Context, trash []string) error {
+	if len(trash) == 0 {
+		return nil
+	}
+	sweep := exec.Command("/proc/self/exe", append([]string{"workspace", "sweep", "--"}, trash...)...)
+	sweep.Env = append(os.Environ(), sweepEnv...)
+	sweep.Dir = "/"
+	sweep.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := sweep.Start(); err == nil {
+		return sweep.Process.Release()
+	}
+	var errs []error
+	for _, t := range trash {
+		errs = append(errs, workspaces.RemoveTrash(ctx, t))
+	}
+	return errors.Join(errs...)
+}
+
+// newWorkspaceSweepCmd returns the hidden `kennel workspace sweep TRASH...` that
+// sweepDetached runs: it removes each workspace's trash/ directory given (refusing any
+// other path).
+func newWorkspaceSweepCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "sweep TRASH...",
+		Short:  "Remove the trash/ directories of finished hand-backs (run by create and handback)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var errs []error
+			for _, t := range args {
+				errs = append(errs, workspaces.RemoveTrash(cmd.Context(), t))
+			}
+			return errors.Join(errs...)
+		},
+	}
 }
 
 // defaultStateDir is $XDG_STATE_HOME/kennel, else ~/.local/state/kennel, else "".
@@ -57,7 +108,8 @@ directory of more than 100,000 files is refused: share it instead.`,
 			}
 			bar := newProgressBar(cmd.ErrOrStderr())
 			defer bar.done()
-			var sweeper workspaces.Sweeper
+			// Trash that earlier hand-backs left goes to a detached sweep.
+			sweeper := workspaces.Sweeper{Defer: true}
 			res, err := workspaces.Create(cmd.Context(), args[0], workspaces.CreateOptions{
 				State:    state,
 				ID:       id,
@@ -65,14 +117,13 @@ directory of more than 100,000 files is refused: share it instead.`,
 				Progress: bar.update,
 				Sweeper:  &sweeper,
 			})
+			sweepDetached(cmd.Context(), sweeper.Deferred()) // its errors: the trash stays for the next sweep
 			if err != nil {
-				sweeper.Wait(cmd.Context())
 				return err
 			}
 			bar.done()
 			fmt.Fprintln(cmd.OutOrStdout(), res.Path())
-			// Trash that earlier hand-backs left goes before the process does.
-			return sweeper.Wait(cmd.Context())
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", defaultStateDir(), "kennel's state directory")
@@ -89,31 +140,28 @@ func newWorkspaceHandbackCmd() *cobra.Command {
 back into the parent, path by path: a path only the child changed is taken, one both
 changed differently is a conflict (the parent's content stays, the child's is saved
 under the workspace's conflicts/). Stop whatever runs in CHILD first: without a daemon
-nothing stops it for you. A second handback prints the recorded outcome. The outcome
-is printed as soon as it is recorded; the base and the copy are then removed before
-the command exits (if it is killed first, the next create or handback removes them).`,
+nothing stops it for you. A second handback prints the recorded outcome. The command
+exits as soon as the outcome is recorded and printed; the base and the copy are then
+removed by a detached process of their own (if it is killed first, the next create or
+handback removes them).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bar := newProgressBar(cmd.ErrOrStderr())
 			defer bar.done()
-			var sweeper workspaces.Sweeper
+			sweeper := workspaces.Sweeper{Defer: true}
 			out, err := workspaces.HandBack(cmd.Context(), args[0], workspaces.HandBackOptions{Progress: bar.update, Sweeper: &sweeper})
 			if err != nil {
-				sweeper.Wait(cmd.Context())
+				sweepDetached(cmd.Context(), sweeper.Deferred()) // its errors: the trash stays for the next sweep
 				return err
 			}
 			bar.done()
-			// The outcome first; the removal of the base and the copy runs meanwhile and
-			// is waited for before the process ends (one that is killed leaves trash/
-			// for the next create or handback to remove).
-			if err := printOutcome(cmd.OutOrStdout(), out, asJSON); err != nil {
-				sweeper.Wait(cmd.Context())
-				return err
-			}
-			if err := sweeper.Wait(cmd.Context()); err != nil {
+			// The outcome first, then the removal of the base and the copy is handed to
+			// a detached process: the command does not wait for it.
+			perr := printOutcome(cmd.OutOrStdout(), out, asJSON)
+			if err := sweepDetached(cmd.Context(), sweeper.Deferred()); err != nil && perr == nil {
 				return fmt.Errorf("workspace handback: the outcome is recorded; removing the copy: %w", err)
 			}
-			return nil
+			return perr
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")

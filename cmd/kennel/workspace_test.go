@@ -8,9 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kennel-dev/kennel/workspaces"
 )
+
+// The detached sweep runs this test binary: it must run main.
+func init() { sweepEnv = []string{envRunMain + "=1"} }
 
 // runWorkspace runs `kennel workspace args...` on newWorkspaceCmd alone and returns stdout.
 func runWorkspace(t *testing.T, args ...string) (string, string, error) {
@@ -129,5 +135,79 @@ func TestDefaultStateDir(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	if got := defaultStateDir(); got != "/home/u/.local/state/kennel" {
 		t.Fatalf("with HOME: %q", got)
+	}
+}
+
+// TestWorkspaceHandbackDoesNotWaitForTheRemoval runs handback as a process of its own
+// with its output read to EOF (as a CI step reads it) while the test holds the lock of
+// the workspace's trash/, which the removal must take: the command exits with its
+// outcome all the same, and holds neither stdout nor stderr open; once the lock is let
+// go, the detached sweep removes the base and the copy.
+func TestWorkspaceHandbackDoesNotWaitForTheRemoval(t *testing.T) {
+	dir := t.TempDir()
+	parent := filepath.Join(dir, "parent")
+	os.MkdirAll(filepath.Join(parent, "src"), 0o755)
+	os.WriteFile(filepath.Join(parent, "src", "a.py"), []byte("a = 1\n"), 0o644)
+	state := filepath.Join(dir, "state")
+	out, stderr, err := runWorkspace(t, "create", parent, "--state", state, "--id", "c")
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, stderr)
+	}
+	child := strings.TrimSpace(out)
+	wsDir := filepath.Dir(child)
+	os.WriteFile(filepath.Join(child, "src", "a.py"), []byte("a = 2\n"), 0o644)
+
+	trash := filepath.Join(wsDir, "trash")
+	if err := os.Mkdir(trash, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	held, err := os.Open(trash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kennelCmd(t, dir, "workspace", "handback", child).CombinedOutput()
+	if err != nil || !strings.Contains(string(got), "1 taken, 0 removed, 0 conflicts") {
+		t.Fatalf("handback: %v\n%s", err, got)
+	}
+	if data, _ := os.ReadFile(filepath.Join(parent, "src", "a.py")); string(data) != "a = 2\n" {
+		t.Fatalf("parent's a.py holds %q", data)
+	}
+	// The removal waits for the lock: the base and the copy are whole in trash/.
+	if data, err := os.ReadFile(filepath.Join(trash, "work", "src", "a.py")); err != nil || string(data) != "a = 2\n" {
+		t.Fatalf("trash/work/src/a.py: %q, %v", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(trash, "base")); err != nil {
+		t.Fatalf("trash/base: %v", err)
+	}
+	held.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Lstat(trash); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trash/ still there a minute after the lock was let go")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if target, err := os.Readlink(child); err != nil || target != parent {
+		t.Fatalf("the child's directory: %q, %v; want a link to the parent", target, err)
+	}
+}
+
+// TestWorkspaceSweepRemovesOnlyTrash checks the hidden sweep verb refuses a directory
+// that is not a workspace's trash/ and leaves it alone.
+func TestWorkspaceSweepRemovesOnlyTrash(t *testing.T) {
+	trash := filepath.Join(t.TempDir(), "trash")
+	os.MkdirAll(filepath.Join(trash, "keep"), 0o700)
+	if _, _, err := runWorkspace(t, "sweep", trash); !errors.Is(err, workspaces.ErrNotWorkspace) {
+		t.Fatalf("sweep of a plain directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(trash, "keep")); err != nil {
+		t.Fatalf("sweep touched a plain directory: %v", err)
 	}
 }

@@ -17,7 +17,8 @@
 // Transfer service, the Sandbox API or Introspection.PluginInfo, which 1.6 lacks; a daemon
 // that answers errdefs.ErrNotImplemented is reported as "containerd too old". Everything
 // lives in the namespace "kennel" (Namespace). The runtime is runc (DefaultRuntime) unless
-// Options.Runtime names another shim.
+// Options.Runtime names another shim, or an OCI runtime binary the runc shim runs in
+// runc's place: "runsc" runs the kernel under gVisor (the lock-down tests run under both).
 //
 // # The image
 //

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/transports"
@@ -62,5 +64,26 @@ func TestOptionsRefused(t *testing.T) {
 		if err := o.check(); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("check(%+v) = %v, want ErrInvalidArgument", o, err)
 		}
+	}
+}
+
+// TestShimOfRuntime: a shim name is the container's runtime as it is; anything else is an
+// OCI runtime binary the runc shim runs (runsc: gVisor).
+func TestShimOfRuntime(t *testing.T) {
+	for rt, want := range map[string]string{"": "", DefaultRuntime: "", "io.containerd.runsc.v1": "", "runsc": "runsc", "/usr/local/bin/runsc": "/usr/local/bin/runsc"} {
+		name, opts := Options{Runtime: rt}.shim()
+		bin := ""
+		if o, ok := opts.(*runcoptions.Options); ok {
+			bin = o.BinaryName
+		}
+		switch {
+		case want == "" && rt != "" && (name != rt || opts != nil):
+			t.Errorf("%q: shim %q options %v, want the shim itself", rt, name, opts)
+		case want != "" && (name != DefaultRuntime || bin != want):
+			t.Errorf("%q: shim %q binary %q, want the runc shim running %q", rt, name, bin, want)
+		}
+	}
+	if err := (Options{Runtime: "run sc"}).check(); err == nil {
+		t.Error("a runtime with a space was accepted")
 	}
 }

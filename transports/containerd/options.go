@@ -50,8 +50,11 @@ type Options struct {
 	// the embedded stub's is stale.
 	Image string
 
-	// Runtime is the runtime shim ("io.containerd.runsc.v1" for gVisor where installed).
-	// Empty means DefaultRuntime.
+	// Runtime is the runtime: a containerd shim ("io.containerd.runsc.v1", gVisor's own
+	// shim, where installed and where it may lower its oom_score_adj: it needs
+	// CAP_SYS_RESOURCE), or else an OCI runtime binary the runc shim runs in runc's place
+	// ("runsc" for gVisor under the runc shim, as Docker's `--runtime runsc`; a name on
+	// the daemon's PATH or an absolute path). Empty means DefaultRuntime (runc).
 	Runtime string
 
 	// Snapshotter unpacks the image and holds each kernel's root file system. Empty means
@@ -184,6 +187,9 @@ func (o Options) check() error {
 		if _, _, err := parseUser(o.User); err != nil {
 			return err
 		}
+	}
+	if strings.ContainsAny(o.Runtime, " \t\r\n\x00") {
+		return &transports.FieldError{Field: "Options.Runtime", Reason: fmt.Sprintf("%q is not a shim name or an OCI runtime binary", o.Runtime)}
 	}
 	if o.FIFODir != "" {
 		if err := transports.CheckPath("Options.FIFODir", o.FIFODir); err != nil {

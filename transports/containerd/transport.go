@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	runcoptions "github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -176,7 +178,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		client.WithContainerLabels(labels),
 		client.WithSnapshotter(t.opts.Snapshotter),
 		client.WithNewSnapshot(id, img.img, snapshots.WithLabels(labels)),
-		client.WithRuntime(t.opts.Runtime, nil),
+		client.WithRuntime(t.opts.shim()),
 		client.WithNewSpec(t.specOpts(img, env.Build(spec.Env), spec, uid, gid)...),
 	)
 	if err != nil {
@@ -261,3 +263,19 @@ func remove(ctx context.Context, cli *client.Client, id, fifoDir string) error {
 	}
 	return nil
 }
+
+// shim is the runtime shim the containers run under and its options: Options.Runtime when
+// it names a shim ("io.containerd.<name>.<version>"); otherwise DefaultRuntime, the runc
+// shim, running Options.Runtime as its OCI runtime binary (BinaryName: "runsc", as
+// Docker's `--runtime runsc` does).
+func (o Options) shim() (string, any) {
+	if IsShim(o.Runtime) {
+		return o.Runtime, nil
+	}
+	return DefaultRuntime, &runcoptions.Options{BinaryName: o.Runtime}
+}
+
+// IsShim reports whether a runtime names a containerd shim ("io.containerd.runc.v2",
+// "io.containerd.runsc.v1") rather than an OCI runtime binary the runc shim runs
+// ("runsc", "/usr/local/bin/runsc", "crun").
+func IsShim(runtime string) bool { return strings.HasPrefix(runtime, "io.containerd.") }

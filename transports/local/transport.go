@@ -26,8 +26,13 @@ type Options struct {
 	// Python is the interpreter used when Spec.Python is empty: a name looked up on PATH
 	// or a path. Empty means "python3". Each name is resolved once per Transport to the
 	// real interpreter's absolute path (images.ResolvePython), so no kernel start runs a
-	// shim such as pyenv's.
+	// shim such as pyenv's; the answer is kept on disk in PythonCacheDir, so the next
+	// process's Transport need not run the interpreter either while the interpreter and
+	// what chose it are unchanged (images.PythonCache).
 	Python string
+	// PythonCacheDir is where resolved interpreters are remembered across processes
+	// (images.PythonCache.Dir). Empty means images.DefaultPythonCacheDir().
+	PythonCacheDir string
 	// StdinGrace is how long Kill waits for the kernel to exit after closing its stdin.
 	// Zero means transports.Grace; negative means no wait.
 	StdinGrace time.Duration
@@ -101,7 +106,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	}
 	name := cmp.Or(spec.Python, t.opts.Python, "python3")
 	python, err := t.pythons.get(ctx, name, func(ctx context.Context) (string, error) {
-		return images.ResolvePython(ctx, name)
+		res, err := images.PythonCache{Dir: t.opts.PythonCacheDir}.Resolve(ctx, name)
+		return res.Path, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start local kernel %q: %w", spec.SessionID, err)

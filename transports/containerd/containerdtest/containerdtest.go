@@ -90,6 +90,26 @@ func Daemon(t testing.TB) *D {
 	return daemon
 }
 
+// Own starts a daemon of t's own, with the kernel image of the embedded stub imported,
+// and stops it (removing its tasks, containers and directory) when t ends. It is for
+// packages whose TestMain cannot call Main (daemon, cmd/kennel); it takes the import's
+// time at each call. What is missing fails t under CI=true and skips it elsewhere.
+func Own(t testing.TB) *D {
+	t.Helper()
+	testneed.Root(t)
+	testneed.Tools(t, "containerd", "runc", "containerd-shim-runc-v2")
+	cli := dockerneed.KernelEngine(t)
+	d, err := start()
+	if err != nil {
+		testneed.Missing(t, "a containerd of the test's own", err)
+	}
+	t.Cleanup(d.stop)
+	if err := d.importImage(cli); err != nil {
+		testneed.Missing(t, "the kernel image imported into containerd", err)
+	}
+	return d
+}
+
 // Main runs the tests and then stops the daemon (if one started), removing its tasks,
 // containers and directory.
 func Main(m *testing.M) int {
