@@ -193,32 +193,26 @@ func (s *Store) check() (err error) {
 		if err != nil {
 			return err
 		}
-		if cells := tx.Bucket(bucketCells); cells != nil {
-			err := cells.ForEachBucket(func(id []byte) error {
-				return cells.Bucket(id).ForEach(func(k, v []byte) error {
-					var c Cell
-					if err := json.Unmarshal(v, &c); err != nil || c.Key != string(k) {
-						return s.unreadable(fmt.Sprintf("cell %q of session %q: %v", k, id, err))
-					}
-					return nil
-				})
-			})
-			if err != nil {
-				return err
+		if err := checkRecords(s, tx, bucketCells, "cell", func(c Cell) string { return c.Key }); err != nil {
+			return err
+		}
+		return checkRecords(s, tx, bucketJobs, "job", func(j Job) string { return j.ID })
+	})
+}
+
+// checkRecords decodes every record of kind under root, each under its own key.
+func checkRecords[T any](s *Store, tx *bolt.Tx, root []byte, kind string, key func(T) string) error {
+	r := tx.Bucket(root)
+	if r == nil {
+		return nil
+	}
+	return r.ForEachBucket(func(id []byte) error {
+		return r.Bucket(id).ForEach(func(k, v []byte) error {
+			var rec T
+			if err := json.Unmarshal(v, &rec); err != nil || key(rec) != string(k) {
+				return s.unreadable(fmt.Sprintf("%s %q of session %q: %v", kind, k, id, err))
 			}
-		}
-		jobs := tx.Bucket(bucketJobs)
-		if jobs == nil {
 			return nil
-		}
-		return jobs.ForEachBucket(func(id []byte) error {
-			return jobs.Bucket(id).ForEach(func(k, v []byte) error {
-				var j Job
-				if err := json.Unmarshal(v, &j); err != nil || j.ID != string(k) {
-					return s.unreadable(fmt.Sprintf("job %q of session %q: %v", k, id, err))
-				}
-				return nil
-			})
 		})
 	})
 }
@@ -377,41 +371,46 @@ func (s *Store) PutCell(id string, c Cell) error {
 		return fmt.Errorf("store cell: %w: no key", errdefs.ErrInvalidArgument)
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		root, err := tx.CreateBucketIfNotExists(bucketCells)
-		if err != nil {
-			return err
-		}
-		bk, err := root.CreateBucketIfNotExists([]byte(id))
-		if err != nil {
-			return err
-		}
-		if old := bk.Get([]byte(c.Key)); old != nil {
-			var prev Cell
-			if json.Unmarshal(old, &prev) == nil {
-				c.Seq = prev.Seq
-			}
-		} else {
-			seq, err := bk.NextSequence()
-			if err != nil {
-				return err
-			}
-			c.Seq = seq
-			if bk.Stats().KeyN >= MaxCells {
-				if err := dropOldest(bk); err != nil {
-					return err
-				}
-			}
-		}
-		b, err := json.Marshal(c)
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte(c.Key), b)
+		return putRecord(tx, bucketCells, id, c.Key, &c, func(c *Cell) *uint64 { return &c.Seq }, MaxCells, dropOldest)
 	})
 	if err != nil {
 		return fmt.Errorf("store cell %q of session %s in %s: %w", c.Key, id, s.path, writeErr(err))
 	}
 	return nil
+}
+
+// putRecord stores rec under key in session id's bucket of root: a record it replaces
+// keeps its seq, a new one takes the bucket's next, and a new one past max first has
+// drop make room.
+func putRecord[T any](tx *bolt.Tx, root []byte, id, key string, rec *T, seq func(*T) *uint64, max int, drop func(*bolt.Bucket) error) error {
+	r, err := tx.CreateBucketIfNotExists(root)
+	if err != nil {
+		return err
+	}
+	bk, err := r.CreateBucketIfNotExists([]byte(id))
+	if err != nil {
+		return err
+	}
+	if old := bk.Get([]byte(key)); old != nil {
+		var prev T
+		if json.Unmarshal(old, &prev) == nil {
+			*seq(rec) = *seq(&prev)
+		}
+	} else {
+		if *seq(rec), err = bk.NextSequence(); err != nil {
+			return err
+		}
+		if bk.Stats().KeyN >= max {
+			if err := drop(bk); err != nil {
+				return err
+			}
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return bk.Put([]byte(key), b)
 }
 
 // dropOldest deletes the record of the lowest Seq.
@@ -457,26 +456,32 @@ func (s *Store) CellOf(id, key string) (c Cell, ok bool, err error) {
 
 // Cells lists session id's cell records, oldest first.
 func (s *Store) Cells(id string) ([]Cell, error) {
-	var out []Cell
+	return records(s, bucketCells, "cell", id, func(c Cell) uint64 { return c.Seq })
+}
+
+// records lists the records of kind (decoded as T) of session id under root, ordered by
+// seq. A record that does not decode is ErrUnreadable, naming it.
+func records[T any](s *Store, root []byte, kind, id string, seq func(T) uint64) ([]T, error) {
+	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bucketCells)
-		if root == nil {
+		r := tx.Bucket(root)
+		if r == nil {
 			return nil
 		}
-		bk := root.Bucket([]byte(id))
+		bk := r.Bucket([]byte(id))
 		if bk == nil {
 			return nil
 		}
 		return bk.ForEach(func(k, v []byte) error {
-			var c Cell
-			if err := json.Unmarshal(v, &c); err != nil {
-				return fmt.Errorf("state store %s: cell %q of session %s: %w: %v", s.path, k, id, ErrUnreadable, err)
+			var rec T
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("state store %s: %s %q of session %s: %w: %v", s.path, kind, k, id, ErrUnreadable, err)
 			}
-			out = append(out, c)
+			out = append(out, rec)
 			return nil
 		})
 	})
-	slices.SortFunc(out, func(a, b Cell) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(out, func(a, b T) int { return cmp.Compare(seq(a), seq(b)) })
 	return out, err
 }
 
@@ -523,34 +528,11 @@ func (s *Store) PutJob(id string, j Job) (dropped *Job, err error) {
 		if tx.Bucket(bucketSessions).Get([]byte(id)) == nil {
 			return fmt.Errorf("session %s: %w", id, ErrNoSession) // deleted: its jobs go with it
 		}
-		root, err := tx.CreateBucketIfNotExists(bucketJobs)
-		if err != nil {
+		return putRecord(tx, bucketJobs, id, j.ID, &j, func(j *Job) *uint64 { return &j.Seq }, MaxJobs, func(bk *bolt.Bucket) error {
+			var err error
+			dropped, err = dropOldestEnded(bk)
 			return err
-		}
-		bk, err := root.CreateBucketIfNotExists([]byte(id))
-		if err != nil {
-			return err
-		}
-		if old := bk.Get([]byte(j.ID)); old != nil {
-			var prev Job
-			if json.Unmarshal(old, &prev) == nil {
-				j.Seq = prev.Seq
-			}
-		} else {
-			if j.Seq, err = bk.NextSequence(); err != nil {
-				return err
-			}
-			if bk.Stats().KeyN >= MaxJobs {
-				if dropped, err = dropOldestEnded(bk); err != nil {
-					return err
-				}
-			}
-		}
-		b, err := json.Marshal(j)
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte(j.ID), b)
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store job %s of session %s in %s: %w", j.ID, id, s.path, writeErr(err))
@@ -576,25 +558,5 @@ func dropOldestEnded(bk *bolt.Bucket) (*Job, error) {
 
 // Jobs lists session id's job records, oldest first.
 func (s *Store) Jobs(id string) ([]Job, error) {
-	var out []Job
-	err := s.db.View(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bucketJobs)
-		if root == nil {
-			return nil
-		}
-		bk := root.Bucket([]byte(id))
-		if bk == nil {
-			return nil
-		}
-		return bk.ForEach(func(k, v []byte) error {
-			var j Job
-			if err := json.Unmarshal(v, &j); err != nil {
-				return fmt.Errorf("state store %s: job %q of session %s: %w: %v", s.path, k, id, ErrUnreadable, err)
-			}
-			out = append(out, j)
-			return nil
-		})
-	})
-	slices.SortFunc(out, func(a, b Job) int { return cmp.Compare(a.Seq, b.Seq) })
-	return out, err
+	return records(s, bucketJobs, "job", id, func(j Job) uint64 { return j.Seq })
 }
