@@ -48,10 +48,19 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 	var mu sync.Mutex
 	var daemon *exec.Cmd
 	var daemonDone chan struct{}
+	var logs []*syncBuf // each daemon's stderr, shown when the test fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, l := range logs {
+				t.Logf("daemon %d's log:\n%s", i+1, l.String())
+			}
+		}
+	})
 	start := func() {
 		cmd := kennelCmd(t, t.TempDir(), "serve", "--socket", sock, "--state", state)
-		var errb syncBuf
-		cmd.Stderr = &errb
+		errb := &syncBuf{}
+		logs = append(logs, errb)
+		cmd.Stderr = errb
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -166,13 +166,29 @@ func (t *Transport) waitContainer(ctx context.Context, id string) (exited <-chan
 	var waitErr error
 	go func() {
 		defer close(done)
-		w := t.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-		select {
-		case r := <-w.Result:
-			exit.Code = int(r.StatusCode)
-		case err := <-w.Error:
-			if !errors.Is(err, io.EOF) {
-				waitErr = fmt.Errorf("wait container %.12s: %w", id, err)
+		for {
+			w := t.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+			select {
+			case r := <-w.Result:
+				exit.Code = int(r.StatusCode)
+				return
+			case err := <-w.Error:
+				// A wait that broke (the engine's stream cut, a loaded engine) is not the
+				// container's end: only the engine saying it no longer runs is.
+				if ctx.Err() == nil && !errors.Is(err, io.EOF) {
+					ins, ierr := t.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+					if ierr == nil && ins.Container.State != nil && ins.Container.State.Running {
+						select {
+						case <-time.After(100 * time.Millisecond):
+							continue
+						case <-ctx.Done():
+						}
+					}
+				}
+				if !errors.Is(err, io.EOF) {
+					waitErr = fmt.Errorf("wait container %.12s: %w", id, err)
+				}
+				return
 			}
 		}
 	}()
