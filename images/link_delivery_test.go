@@ -71,6 +71,26 @@ func TestDetachedAppliesAReplayedFrameOnce(t *testing.T) {
 	}
 }
 
+// TestDetachedTakesEnvelopesSentWithTheAttach: envelopes that come in the same write as
+// the attach line, before the hello, are applied in order once the hello is out, and
+// acknowledged.
+func TestDetachedTakesEnvelopesSentWithTheAttach(t *testing.T) {
+	t.Parallel()
+	k := startDetached(t, detachedOpts{})
+	c := k.dial()
+	one := fmt.Sprintf(`{"seq":1,"ack":0,"frame":%s}`+"\n", bytes.TrimSuffix(hostFrame("execute", "c1", "code", "v = 41"), []byte("\n")))
+	two := fmt.Sprintf(`{"seq":2,"ack":0,"frame":%s}`+"\n", bytes.TrimSuffix(hostFrame("execute", "c2", "code", "v + 1"), []byte("\n")))
+	c.write(attachLine(k.id, k.token, 0, 60) + one + two)
+	if line, err := c.line(); err != nil || !bytes.HasPrefix(line, []byte(`{"hello":`)) {
+		t.Fatalf("answer to the attach: %q (%v), want a hello", line, err)
+	}
+	s := &stream{t: t}
+	if done := s.until(c, isDone("c2")); done.str("result") != "42" {
+		t.Errorf("c2 = %s, want 42: the envelopes behind the attach were not applied in order", done)
+	}
+	s.untilAck(c, 2)
+}
+
 // TestDetachedExecuteOfAKnownCellIsNotRunAgain: an execute for a finished cell is
 // answered with its done again, byte for byte; one for a running cell is ignored.
 func TestDetachedExecuteOfAKnownCellIsNotRunAgain(t *testing.T) {

@@ -30,8 +30,9 @@ type Options struct {
 	AckDelay time.Duration
 	// HandshakeTimeout bounds one dial and handshake (default 10 s).
 	HandshakeTimeout time.Duration
-	// OnFrame, when set, sees each kernel frame (without its newline) as it is applied,
-	// in order, before Frames delivers it. It must not block or keep the slice.
+	// OnFrame, when set, sees each kernel frame (without its newline) once, in order, as
+	// it is received, before Frames delivers it. It runs on the goroutine reading the
+	// connection (often the one in Frames().Read) and must not block or keep the slice.
 	OnFrame func(frame []byte)
 	// Logger receives drops and reattaches (default: discard).
 	Logger *slog.Logger
@@ -49,28 +50,57 @@ type Options struct {
 // simply wait meanwhile. The link ends when the kernel is proven gone (Err wraps
 // ErrGone), when reattaching runs out of tries (ErrUnreachable), or at Close
 // (ErrDetached); the kernel itself is never touched.
+//
+// A kernel frame counts as applied, and is acknowledged, once Frames has delivered it
+// whole: the kernel keeps what a reader has not taken yet, so a controller that ends
+// meanwhile loses none of it (Applied is what a later one resumes after).
 type Client struct {
 	opts Options
 
 	mu      sync.Mutex
 	cond    *sync.Cond // room in out, the end
 	out     *Outbox
-	in      Inbox
+	in      Inbox // kernel frames received (a replay is dropped)
 	hello   Hello
 	attachN int
 	ackSent uint64
 	ackFire bool
 	ackArm  *time.Timer
-	conn    net.Conn
+	wire    wire        // the connection, nil between connections
+	w       *connWriter // conn's writing, nil between connections
+	rd      *connReader // conn's reading, nil between connections
 	partial []byte
 	err     error // the end, once set
 	kick    chan struct{}
 
-	framesR *io.PipeReader
-	framesW *io.PipeWriter
-	stop    context.CancelFunc
-	ctx     context.Context
-	ended   chan struct{}
+	// Kernel frames received, waiting for Frames (deliver.go): whole lines, oldest first
+	// (the first read up to qOff), qBytes of them. applied is the seq of the last one
+	// Frames delivered whole. rcond: a frame queued, a connection's read free, the end;
+	// room: room in the queue, the end.
+	q       []queuedFrame
+	qOff    int
+	qBytes  int
+	rcond   *sync.Cond
+	room    *sync.Cond
+	applied uint64
+
+	stop  context.CancelFunc
+	ctx   context.Context
+	ended chan struct{}
+}
+
+// connWriter is the writing side of one connection, under Client.mu. Whoever makes
+// bytes due (a Send, the ack timer) writes them itself when nothing else is writing, as
+// far as the socket takes them without waiting (wire.TryWrite); what it does not take
+// is tail, for the connection's writer goroutine, the one write that may wait on the
+// socket (it also sends the resend after each hello). One write at a time (busy), so
+// bytes go out in the order they were collected.
+type connWriter struct {
+	wire wire
+	sent uint64 // the outbox has been collected up to this seq
+	busy bool   // a write is under way, outside the lock
+	tail []byte // collected bytes not written yet
+	buf  []byte // reused for collecting, while no tail refers to it
 }
 
 // Open dials the kernel, makes the first handshake (with the reattach backoff) and
@@ -91,15 +121,17 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 	opts.Backoff = opts.Backoff.resolved()
 	c := &Client{opts: opts, out: NewOutbox(ControllerMaxFrames, ControllerMaxBytes), kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
+	c.rcond = sync.NewCond(&c.mu)
+	c.room = sync.NewCond(&c.mu)
 	c.in = Inbox{last: opts.Applied}
-	c.framesR, c.framesW = io.Pipe()
+	c.applied = opts.Applied
 	c.ctx, c.stop = context.WithCancel(context.Background())
-	conn, err := c.connect(ctx, true)
+	wr, err := c.connect(ctx, true)
 	if err != nil {
 		c.stop()
 		return nil, err
 	}
-	go c.run(conn)
+	go c.run(wr)
 	return c, nil
 }
 
@@ -110,12 +142,12 @@ func (c *Client) Hello() Hello {
 	return c.hello
 }
 
-// Applied is the highest kernel seq applied so far: what a record keeps so that a later
-// controller resumes after it (Options.Applied).
+// Applied is the highest kernel seq applied so far (delivered whole by Frames): what a
+// record keeps so that a later controller resumes after it (Options.Applied).
 func (c *Client) Applied() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.in.Last()
+	return c.applied
 }
 
 // Attaches counts the handshakes made (1 after Open).
@@ -125,9 +157,12 @@ func (c *Client) Attaches() int {
 	return c.attachN
 }
 
-// Frames is the kernel's frames, one protocol 1 line each. It ends (with the link's
-// error) when the link does.
-func (c *Client) Frames() io.Reader { return c.framesR }
+// Frames is the kernel's frames, one protocol 1 line each; a Read returns as many
+// whole or partial lines as fit. It ends with the link's error when the link does:
+// after the frames already received, except at Close (ErrDetached), after which it
+// delivers nothing more (the kernel keeps what was not delivered for a later
+// controller). One reader at a time.
+func (c *Client) Frames() io.Reader { return frameReader{c} }
 
 // Send takes protocol 1 lines for the kernel. A Write may hold part of a line (the rest
 // comes in the next); it waits while the outbox is full and fails once the link ended.
@@ -157,10 +192,16 @@ func (c *Client) Close() error {
 func (c *Client) Drop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.conn != nil {
-		_ = c.conn.Close()
+	if c.rd != nil {
+		c.rd.failLocked(errDropped)
+	}
+	if c.wire != nil {
+		_ = c.wire.Close()
 	}
 }
+
+// errDropped is why a connection Drop closed ended.
+var errDropped = fmt.Errorf("link: connection dropped: %w", net.ErrClosed)
 
 type sender struct{ c *Client }
 
@@ -183,16 +224,86 @@ func (c *Client) write(p []byte) (int, error) {
 		frame := append(c.partial, p[:i]...)
 		c.partial = nil
 		p = p[i+1:]
-		for c.err == nil && !c.out.Room(len(frame)) {
-			c.cond.Wait()
+		if c.err == nil && !c.out.Room(len(frame)) {
+			c.sendNowLocked() // what was pushed so far goes out while this waits
+			if c.rd != nil {
+				c.rd.wakeBackground() // the kernel's acks make room: they must be read
+			}
+			for c.err == nil && !c.out.Room(len(frame)) {
+				c.cond.Wait()
+			}
 		}
 		if c.err != nil {
 			return n - len(p) - i - 1, c.err
 		}
 		c.out.Push(frame, "")
-		c.poke()
 	}
+	c.sendNowLocked()
 	return n, nil
+}
+
+// sendNowLocked writes what is due on the current connection from the calling
+// goroutine, when no other write is under way, as far as the socket takes it without
+// waiting; the writer goroutine carries the rest. It releases c.mu while it writes.
+func (c *Client) sendNowLocked() {
+	w := c.w
+	if w == nil || c.err != nil {
+		return
+	}
+	if w.busy || w.tail != nil {
+		c.poke()
+		return
+	}
+	data := c.collectLocked(w)
+	if len(data) == 0 {
+		return
+	}
+	w.busy = true
+	c.mu.Unlock()
+	n := w.wire.TryWrite(data)
+	c.mu.Lock()
+	w.busy = false
+	if n < len(data) {
+		w.tail = data[n:]
+		c.poke()
+	} else if c.dueLocked(w) {
+		c.poke() // pushed by another goroutine while this one wrote
+	}
+}
+
+// dueLocked reports whether w has bytes to write: a tail, outbox frames past w.sent or
+// an ack the timer asked for.
+func (c *Client) dueLocked(w *connWriter) bool {
+	return w.tail != nil || c.out.Next()-1 > w.sent || (c.ackFire && c.applied > c.ackSent)
+}
+
+// collectLocked returns the bytes due on w, moving its cursors past them: its tail, or
+// else every outbox frame past w.sent as envelopes carrying the applied ack, or else a
+// bare ack when the timer asked for one. Nil when nothing is due.
+func (c *Client) collectLocked(w *connWriter) []byte {
+	if w.tail != nil {
+		data := w.tail
+		w.tail = nil
+		return data
+	}
+	pending := c.out.After(w.sent)
+	ack := c.applied
+	bare := len(pending) == 0 && c.ackFire && ack > c.ackSent
+	if len(pending) == 0 && !bare {
+		return nil
+	}
+	c.ackSent = ack
+	c.ackFire = false
+	buf := w.buf[:0]
+	for _, e := range pending {
+		buf = Envelope{Seq: e.Seq, Ack: ack, Frame: e.Frame}.Append(buf)
+		w.sent = e.Seq
+	}
+	if bare {
+		buf = Envelope{Ack: ack}.Append(buf)
+	}
+	w.buf = buf
+	return buf
 }
 
 // poke wakes the writer.
@@ -208,26 +319,35 @@ func (c *Client) finish(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
-		if c.conn != nil {
-			_ = c.conn.Close()
+		if c.wire != nil {
+			_ = c.wire.Close()
 		}
 		c.stop()
-		_ = c.framesW.CloseWithError(err)
+		if c.rd != nil {
+			c.rd.failLocked(err)
+		}
+		if errors.Is(err, ErrDetached) {
+			// Detached: what the reader did not take stays with the kernel, unacknowledged,
+			// for a later controller.
+			c.q, c.qOff, c.qBytes = nil, 0, 0
+		}
 		c.cond.Broadcast()
+		c.rcond.Broadcast()
+		c.room.Broadcast()
 	}
 	c.mu.Unlock()
 }
 
 // run serves connections until the link ends.
-func (c *Client) run(conn net.Conn) {
+func (c *Client) run(wr wire) {
 	defer close(c.ended)
 	for {
-		err := c.serve(conn)
+		err := c.serve(wr)
 		if c.ctx.Err() != nil {
 			return
 		}
 		c.opts.Logger.Info("kernel link dropped; reattaching", "kernel", c.opts.Kernel, "err", err)
-		if conn, err = c.connect(c.ctx, false); err != nil {
+		if wr, err = c.connect(c.ctx, false); err != nil {
 			c.finish(err)
 			return
 		}
@@ -235,7 +355,7 @@ func (c *Client) run(conn net.Conn) {
 }
 
 // connect dials and handshakes, with backoff; first makes the first try at once.
-func (c *Client) connect(ctx context.Context, first bool) (net.Conn, error) {
+func (c *Client) connect(ctx context.Context, first bool) (wire, error) {
 	b := c.opts.Backoff
 	var last error
 	for i := 0; i < b.Tries; i++ {
@@ -246,9 +366,9 @@ func (c *Client) connect(ctx context.Context, first bool) (net.Conn, error) {
 				return nil, c.ended2(ctx)
 			}
 		}
-		conn, err := c.handshake(ctx)
+		wr, err := c.handshake(ctx)
 		if err == nil {
-			return conn, nil
+			return wr, nil
 		}
 		if errors.Is(err, ErrGone) {
 			return nil, err
@@ -270,8 +390,8 @@ func (c *Client) ended2(ctx context.Context) error {
 	return context.Cause(ctx)
 }
 
-// handshake makes one connection and its attach.
-func (c *Client) handshake(ctx context.Context) (net.Conn, error) {
+// handshake makes one connection and its attach, and returns its wire.
+func (c *Client) handshake(ctx context.Context) (wire, error) {
 	hctx, cancel := context.WithTimeout(ctx, c.opts.HandshakeTimeout)
 	defer cancel()
 	conn, err := c.opts.Dial(hctx)
@@ -281,7 +401,7 @@ func (c *Client) handshake(ctx context.Context) (net.Conn, error) {
 	deadline, _ := hctx.Deadline()
 	_ = conn.SetDeadline(deadline)
 	c.mu.Lock()
-	ack := c.in.Last()
+	ack := c.applied // frames received past it come again, and are dropped as replays
 	c.mu.Unlock()
 	line := Attach{Kernel: c.opts.Kernel, Token: c.opts.Token, Ack: ack, Grace: GraceSeconds(c.opts.Grace)}.MarshalLine()
 	if _, err := conn.Write(line); err != nil {
@@ -309,10 +429,14 @@ func (c *Client) handshake(ctx context.Context) (net.Conn, error) {
 	c.out.Resume(h.Ack)
 	c.hello = h
 	c.attachN++
-	c.conn = conn
-	c.ackSent = 0 // the attach carried in.Last(); envelopes carry it again
+	wr := newWire(conn)
+	c.wire = wr
+	c.w = &connWriter{wire: wr, sent: h.Ack}
+	c.rd = c.newConnReader(wr)
+	c.ackSent = 0 // the attach carried the applied ack; envelopes carry it again
 	c.cond.Broadcast()
-	return conn, nil
+	c.rcond.Broadcast() // a connection for a waiting Frames reader to read
+	return wr, nil
 }
 
 // oneByte reads the hello a byte at a time so nothing after its newline is consumed by
@@ -322,109 +446,80 @@ type oneByte struct{ r io.Reader }
 func (o oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:min(len(p), 1)]) }
 
 // serve runs one connection until it fails or the link ends; it returns why it ended.
-func (c *Client) serve(conn net.Conn) error {
+func (c *Client) serve(wr wire) error {
 	c.mu.Lock()
-	sent := c.hello.Ack
+	w, rd := c.w, c.rd
 	c.mu.Unlock()
 	wdone := make(chan error, 1)
 	cdone := make(chan struct{})
 	go func() {
-		err := c.writeLoop(conn, sent, cdone)
-		conn.Close() // a failed write ends the read too
+		err := c.writeLoop(w, cdone)
+		c.mu.Lock()
+		rd.failLocked(err) // a failed write ends the connection
+		c.mu.Unlock()
 		wdone <- err
 	}()
-	rerr := c.readLoop(conn)
-	conn.Close()
+	bdone := make(chan struct{})
+	go func() {
+		c.readBackground(rd)
+		close(bdone)
+	}()
+	<-rd.done
+	wr.Close()
 	close(cdone)
 	werr := <-wdone
+	<-bdone
+	c.mu.Lock()
+	// A Frames reader still reading this connection meets its end at once; the next
+	// connection is read only after it let go, so frames are applied in order.
+	for rd.holder != holderNone {
+		c.rcond.Wait()
+	}
+	if c.w == w {
+		c.w = nil
+	}
+	if c.rd == rd {
+		c.rd = nil
+	}
+	if c.wire == wr {
+		c.wire = nil
+	}
+	rerr := rd.err
+	c.mu.Unlock()
 	if rerr == nil {
 		rerr = werr
 	}
 	return rerr
 }
 
-// readLoop applies the kernel's envelopes until the connection fails.
-func (c *Client) readLoop(conn net.Conn) error {
-	br := bufio.NewReaderSize(conn, 64<<10)
-	for {
-		line, err := readLine(br, MaxLine)
-		if err != nil {
-			return err
-		}
-		e, err := Decode(line)
-		if err != nil {
-			c.opts.Logger.Warn("kernel link fault", "kernel", c.opts.Kernel, "err", err)
-			return err
-		}
-		c.mu.Lock()
-		c.out.Ack(e.Ack)
-		c.cond.Broadcast()
-		apply := !e.Bare() && c.in.Accept(e.Seq)
-		c.mu.Unlock()
-		if !apply {
-			continue
-		}
-		if c.opts.OnFrame != nil {
-			c.opts.OnFrame(e.Frame)
-		}
-		frame := make([]byte, 0, len(e.Frame)+1)
-		frame = append(append(frame, e.Frame...), '\n')
-		if _, err := c.framesW.Write(frame); err != nil {
-			return err
-		}
-		c.armAck()
-	}
-}
-
-// armAck makes sure an ack goes out within AckDelay.
-func (c *Client) armAck() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ackArm != nil {
-		return
-	}
-	c.ackArm = time.AfterFunc(c.opts.AckDelay, func() {
-		c.mu.Lock()
-		c.ackArm = nil
-		c.ackFire = true
-		c.mu.Unlock()
-		c.poke()
-	})
-}
-
-// writeLoop sends the outbox past sent, and acks, until the connection fails.
-func (c *Client) writeLoop(conn net.Conn, sent uint64, cdone <-chan struct{}) error {
-	bw := bufio.NewWriterSize(conn, 64<<10)
-	var buf []byte
+// writeLoop is w's writer goroutine: it writes what is due on w that no other
+// goroutine wrote at once (tails, the resend after the hello, everything on a wire whose
+// TryWrite takes nothing), waiting on the socket as long as it takes, until the
+// connection fails.
+func (c *Client) writeLoop(w *connWriter, cdone <-chan struct{}) error {
 	for {
 		c.mu.Lock()
 		if c.err != nil {
 			c.mu.Unlock()
 			return net.ErrClosed
 		}
-		pending := c.out.After(sent)
-		ack := c.in.Last()
-		bare := len(pending) == 0 && c.ackFire && ack > c.ackSent
-		if len(pending) > 0 || bare {
-			c.ackSent = ack
-			c.ackFire = false
+		var data []byte
+		if !w.busy {
+			data = c.collectLocked(w)
+		}
+		if len(data) > 0 {
+			w.busy = true
 		}
 		c.mu.Unlock()
-		for _, e := range pending {
-			buf = Envelope{Seq: e.Seq, Ack: ack, Frame: e.Frame}.Append(buf[:0])
-			if _, err := bw.Write(buf); err != nil {
+		if len(data) > 0 {
+			_, err := w.wire.Write(data)
+			c.mu.Lock()
+			w.busy = false
+			c.mu.Unlock()
+			if err != nil {
 				return err
 			}
-			sent = e.Seq
-		}
-		if bare {
-			buf = Envelope{Ack: ack}.Append(buf[:0])
-			if _, err := bw.Write(buf); err != nil {
-				return err
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			return err
+			continue
 		}
 		select {
 		case <-c.kick:

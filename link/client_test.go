@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -251,5 +252,189 @@ func TestALaterControllerResumesAfterWhatTheEarlierApplied(t *testing.T) {
 	line, err := bufio.NewReader(second.Frames()).ReadString('\n')
 	if err != nil || line != string(frame("k", 5, ""))+"\n" {
 		t.Fatalf("the second controller's first frame is %q (%v), want the sixth: frames the first applied came again", line, err)
+	}
+}
+
+// TestPropEveryFrameOnceAcrossDropsOverTheSocket: over a Unix socket (the link's own
+// descriptor, read by whichever goroutine waits for a frame), with the connection
+// dropped from either side at generated moments and the reader pausing long enough for
+// the background to take the connection over and hand it back: each side applies every
+// frame of the other exactly once and in order.
+func TestPropEveryFrameOnceAcrossDropsOverTheSocket(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		dir, err := os.MkdirTemp("", "link")
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		k := linktest.Start(t, dir, "k1", token)
+		defer k.Close()
+		nk := rapid.IntRange(0, 60).Draw(rt, "kernel frames")
+		nc := rapid.IntRange(0, 60).Draw(rt, "controller frames")
+		drops := rapid.SliceOfN(rapid.IntRange(0, 120), 0, 4).Draw(rt, "drops after these frames")
+		pauses := rapid.SliceOfN(rapid.IntRange(0, 60), 0, 3).Draw(rt, "reader pauses after these frames")
+		c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff(), AckDelay: time.Millisecond})
+		if err != nil {
+			rt.Fatalf("open: %v", err)
+		}
+		defer c.Close()
+		go func() {
+			for i := range nk {
+				k.Push(frame("k", i, ""), "")
+				for j, d := range drops {
+					if d == i {
+						if j%2 == 0 {
+							k.Drop()
+						} else {
+							c.Drop()
+						}
+					}
+				}
+			}
+		}()
+		go func() {
+			for i := range nc {
+				if _, err := c.Send().Write(append(frame("c", i, ""), '\n')); err != nil {
+					return
+				}
+			}
+		}()
+		got := make(chan []string, 1)
+		go func() {
+			var lines []string
+			sc := bufio.NewScanner(c.Frames())
+			for len(lines) < nk && sc.Scan() {
+				lines = append(lines, sc.Text())
+				for _, p := range pauses {
+					if p == len(lines) {
+						time.Sleep(120 * time.Millisecond) // past the hand-off delay
+					}
+				}
+			}
+			got <- lines
+		}()
+		var lines []string
+		select {
+		case lines = <-got:
+		case <-time.After(20 * time.Second):
+			rt.Fatalf("the kernel's frames did not all arrive (link err %v, attaches %d)", c.Err(), c.Attaches())
+		}
+		for i, l := range lines {
+			if want := string(frame("k", i, "")); l != want {
+				rt.Fatalf("kernel frame %d arrived as %q, want %q", i, l, want)
+			}
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(k.Applied()) < nc && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		applied := k.Applied()
+		if len(applied) != nc {
+			rt.Fatalf("the kernel applied %d controller frames, want %d", len(applied), nc)
+		}
+		for i, a := range applied {
+			if want := string(frame("c", i, "")); string(a) != want {
+				rt.Fatalf("controller frame %d applied as %q, want %q", i, a, want)
+			}
+		}
+		if c.Err() != nil {
+			rt.Fatalf("link ended: %v", c.Err())
+		}
+	})
+}
+
+// TestSendGetsRoomWhileNobodyReadsFrames: a controller that sends more frames than its
+// outbox holds, and reads none of the kernel's, is not stalled: the kernel's acks are
+// read and make room.
+func TestSendGetsRoomWhileNobodyReadsFrames(t *testing.T) {
+	k := linktest.Start(t, t.TempDir(), "k1", token)
+	c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := link.ControllerMaxFrames + 500
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := c.Send().Write(append(frame("c", i, ""), '\n')); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Send stalled with a full outbox; the kernel applied %d", len(k.Applied()))
+	}
+	waitApplied(t, k, n)
+}
+
+// TestAppliedIsWhatFramesDelivered: a frame counts as applied (and is acknowledged) once
+// Frames has delivered it whole; one received but not read stays with the kernel, so a
+// later controller gets it.
+func TestAppliedIsWhatFramesDelivered(t *testing.T) {
+	k := linktest.Start(t, t.TempDir(), "k1", token)
+	for i := range 3 {
+		k.Push(frame("k", i, ""), "")
+	}
+	first, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff(), AckDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(frame("k", 0, "")) + "\n"
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(first.Frames(), buf); err != nil || string(buf) != want {
+		t.Fatalf("first frame %q (%v), want %q", buf, err, want)
+	}
+	if got := first.Applied(); got != 1 {
+		t.Fatalf("Applied after one frame read = %d, want 1", got)
+	}
+	time.Sleep(200 * time.Millisecond) // the other two arrive; the ack of the first goes out
+	if got := first.Applied(); got != 1 {
+		t.Fatalf("Applied with two frames unread = %d, want 1", got)
+	}
+	first.Close()
+	second, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff(), Applied: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	br := bufio.NewReader(second.Frames())
+	for i := 1; i < 3; i++ {
+		line, err := br.ReadString('\n')
+		if err != nil || line != string(frame("k", i, ""))+"\n" {
+			t.Fatalf("second controller's frame %q (%v), want kernel frame %d", line, err, i)
+		}
+	}
+}
+
+// TestCloseEndsAWaitingRead: a Frames read waiting for the kernel ends with ErrDetached
+// when the link is closed.
+func TestCloseEndsAWaitingRead(t *testing.T) {
+	k := linktest.Start(t, t.TempDir(), "k1", token)
+	c, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: link.DialUnix(k.Socket()), Backoff: fastBackoff()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Frames().Read(make([]byte, 100))
+		read <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-read:
+		if !errors.Is(err, link.ErrDetached) {
+			t.Fatalf("read after Close: %v, want ErrDetached", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting read did not end at Close")
 	}
 }

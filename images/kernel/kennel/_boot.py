@@ -9,8 +9,9 @@ The hello is formatted by hand: every value in it is an int or a string checked 
 hex digits, so no JSON encoder is needed to make it valid.
 
 With KENNEL_KERNEL_RUN set the kernel is detached (protocol 2): it writes no hello on
-stdio, reads its token from fd 0 and serves <run>/kernel.sock through kennel._link, which
-bridges the connections to the same kernel proper over a pair of pipes (see _detach).
+stdio, reads its token from fd 0 and serves <run>/kernel.sock through kennel._link: the
+same kernel proper then reads and writes its frames through the link's attached
+connection instead of stdio (see _detach).
 """
 
 import os
@@ -65,8 +66,8 @@ class Boot:
     the read end of the signal wakeup pipe (see _catch_term).
 
     A detached kernel (KENNEL_KERNEL_RUN set) has link, its kennel._link.Link: then
-    frames_in and frames_out are pipes the link bridges to its connections, and diag is
-    the run directory's kernel.log. link is None for protocol 1.
+    frames_in and frames_out are None (the kernel proper reads and writes frames through
+    the link), and diag is the run directory's kernel.log. link is None for protocol 1.
     """
 
     __slots__ = (
@@ -101,7 +102,7 @@ def _detach(run):
     """Start-up of a detached kernel (docs/protocol.md, "Protocol 2"): check the run
     directory, read the token from fd 0, lead a session, bind kernel.sock, point fds 0,
     1 and 2 at /dev/null and kernel.log (then 1 and 2 at the capture pipes, as for
-    protocol 1) and give the kernel proper a pair of pipes the link bridges. Any failure
+    protocol 1) and make the link the kernel proper's frame channel. Any failure
     before the socket serves ends the process with status 2 and a message on stderr.
     Runs before any thread exists (listen changes the working directory)."""
     from kennel import _link
@@ -150,13 +151,12 @@ def _detach(run):
     boot.pid = pid
     boot.pgid = os.getpgrp()
     boot.diag = log
-    boot.frames_in, inbound = os.pipe()
-    outbound, boot.frames_out = os.pipe()
+    boot.frames_in = boot.frames_out = None  # the kernel proper reads and writes the link
     _capture(boot)
     boot.signals = _catch_term()
     version = sys.version_info
     boot.link = _link.Link(
-        run_path, run_fd, kernel_id, token, sock, sock_id, inbound, outbound, log,
+        run_path, run_fd, kernel_id, token, sock, sock_id, log,
         {
             "pid": pid,
             "pgid": boot.pgid,

@@ -80,12 +80,15 @@ def _write_all(fd, data):
 class Writer:
     """Writes whole frames to the frame channel, one at a time.
 
-    Safe for concurrent use by any thread. Once a write fails (the host is gone), every
-    later write is dropped and reports False.
+    The channel is the descriptor ``fd`` (stdout over stdio) or, for a detached kernel,
+    ``send``: the link's Link.send, which takes a whole frame without ever waiting on a
+    socket and never fails. Safe for concurrent use by any thread. Once a write fails
+    (the host is gone), every later write is dropped and reports False.
     """
 
-    def __init__(self, fd, kernel):
+    def __init__(self, fd, kernel, send=None):
         self._fd = fd
+        self._send = send
         self._kernel = kernel
         self._lock = threading.Lock()
         self._broken = False
@@ -101,7 +104,10 @@ class Writer:
                 if self._broken:
                     return False
                 try:
-                    _write_all(self._fd, data)
+                    if self._send is not None:
+                        self._send(data)
+                    else:
+                        _write_all(self._fd, data)
                 except OSError:
                     self._broken = True
                     return False

@@ -84,8 +84,11 @@ class Kernel:
         self._done_frames = collections.OrderedDict()
         self._done_bytes = 0
         self._done_long_ago = _cells.RecentIds(_REMEMBERED_IDS)
-        self.writer = _frames.Writer(boot.frames_out, self)
-        _frames.widen_pipe(boot.frames_out)
+        if boot.link is not None:
+            self.writer = _frames.Writer(None, self, send=boot.link.send)
+        else:
+            self.writer = _frames.Writer(boot.frames_out, self)
+            _frames.widen_pipe(boot.frames_out)
         # Cells to run, (id, code), in arrival order; None ends the main loop. Appended
         # by whichever thread dispatches; popped by the main thread only.
         self.cells = collections.deque()
@@ -95,7 +98,10 @@ class Kernel:
         self.reader_engaged = False
         self._ended_input = False
         self._read_lock = threading.Lock()
-        self.source = _reader.Source(boot.frames_in, self.dispatch, self.writer.log)
+        if boot.link is not None:
+            self.source = boot.link.source(self.dispatch_frame, self.writer.log)
+        else:
+            self.source = _reader.Source(boot.frames_in, self.dispatch, self.writer.log)
         self._main_poller = select.poll()
         self._main_poller.register(self._main_wake_r, select.POLLIN)
         self._main_poller.register(self.source.fd, select.POLLIN)
@@ -360,6 +366,11 @@ class Kernel:
         if not isinstance(frame, dict):
             self.writer.log("warning", "host frame that is not an object dropped")
             return
+        self.dispatch_frame(frame)
+
+    def dispatch_frame(self, frame):
+        """Dispatch one host frame already decoded (a dict): what dispatch does after
+        decoding. A detached kernel's link calls it with the value it decoded."""
         kind = frame.get("type")
         frame_id = frame.get("id", "")
         if not isinstance(frame_id, str):

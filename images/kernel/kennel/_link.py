@@ -1,28 +1,35 @@
 """The detached kernel's side of its link: protocol 2 (docs/protocol.md, "Protocol 2").
 
 A detached kernel serves connections on ``<run>/kernel.sock`` instead of speaking frames
-over stdio. The kernel proper is unchanged: _boot gives it two pipes as its frame channel
-(frames_in, frames_out), and this module bridges them to the current connection:
+over stdio. The kernel proper reads and writes the attached connection with its own
+threads, as it reads stdin and writes stdout over stdio; no thread of this module stands
+between them on a round trip:
 
-    kernel proper --frames_out--> pipe B --pump--> Outbox --(pump or writer)--> socket
-    socket --reader--> Inbox (dedupe) --> pipe A --frames_in--> kernel proper
-                       reader --ack--> socket
+    kernel proper --Writer--> Link.send: Outbox, then socket (what it takes at once)
+                                         `--> the connection's writer thread (the rest)
+    socket --Source.pump (the kernel proper's reader)--> Inbox (dedupe) --> dispatch
+                                                         `--> ack, at once
 
-Threads: one accepts connections; each new connection has a short-lived handshake thread
-(at most HANDSHAKES at once; an attach line must come whole within ATTACH_TIMEOUT) that,
-for an accepted attach, goes on as the connection's reader, with a writer thread beside
-it. The pump reads pipe B whatever the connections do, so a frame write of the kernel
-proper never waits on a socket: when the outbox is full it drops (see Outbox). A watch
-thread ends the kernel when its run directory disappears or when it has stayed
-unattached past its grace with no cell or job live.
+The kernel proper's Writer hands each frame to Link.send, which keeps it in the outbox
+and writes it to the attached connection under the link's lock, as far as the socket
+takes it without waiting (_send_now); what the socket does not take, and the hello and
+resend of a new connection, are left to that connection's writer thread, the one thread
+that may wait on a socket. So a frame write of the kernel proper never waits on a
+socket: a connection that does not read fills the outbox, which drops (see Outbox).
+The kernel proper polls Source.fd, an epoll descriptor holding whichever connection is
+attached (swapped at each attach), and pumps it from whichever of its threads reads
+host frames (the main thread while no cell runs, the reader thread while one does, see
+_kernel and _reader): the envelopes are decoded, replays dropped, the frames dispatched
+(their decoded value) in order, and the ack sent from that same thread, at once. The
+end of a connection or a protocol fault met by a read drops that connection.
 
-A round trip wakes no thread it need not: the reader writes an applied frame into pipe
-A and sends its ack itself, and the pump sends a frame itself; each writes only what the
-socket takes at once and while no other write is under way, and leaves the rest to the
-writer thread, the one that may wait on the socket (see _send_now). Each thread woken
-costs a wake-up and a GIL hand-off (tens of microseconds; a thread wanting the GIL
-while another runs Python waits up to the switch interval, 5 ms), so a cell's execute
-and done cross two threads more than over stdio (reader, pump) and no others.
+Threads of the link itself: one accepts connections; each new connection has a thread
+(at most HANDSHAKES handshakes at once; an attach line must come whole within
+ATTACH_TIMEOUT) that, for an accepted attach, goes on as the connection's writer. A
+watch thread ends the kernel when its run directory disappears or when it has stayed
+unattached past its grace with no cell or job live. None of them runs on a round trip:
+each thread woken costs a wake-up and a GIL hand-off (tens of microseconds; a thread
+wanting the GIL while another runs Python waits up to the switch interval, 5 ms).
 
 The newest accepted attach wins: it closes the connection before it. A refused attach
 changes nothing but is logged to kernel.log; so are protocol faults (a line after the
@@ -39,6 +46,12 @@ Decisions the protocol text leaves open, taken here:
   reply: a ``refused`` would tell the controller the kernel is gone.
 - Envelopes are read leniently (any JSON object with exactly those keys, ``frame``
   last, whitespace allowed); the kernel writes the compact form only.
+- "At once" is when the kernel proper reads the frame: while a cell runs, its reader
+  thread takes over reading after a tick (_kernel's _READER_TICK_MS, 20 ms), so an
+  envelope that comes in a cell's first tick is read, applied and acknowledged then
+  (host frames over stdio wait the same); the cell's own frames carry the ack sooner.
+- Envelopes that come behind the attach line, before the hello, are kept and applied
+  once the connection is attached.
 """
 
 import collections
@@ -49,8 +62,6 @@ import select
 import socket
 import threading
 import time
-
-from kennel import _frames
 
 try:
     # hmac.compare_digest without importing hmac, which loads OpenSSL (about 4 MiB of
@@ -313,11 +324,17 @@ _scan = _strict.scan_once
 def _decode_compact(line):
     """decode's answer for a line in the compact form, or None for any other line (the
     general reading then decides): the same answer, the frame checked as strictly."""
+    got = _compact_value(line)
+    return None if got is None else got[:3]
+
+
+def _compact_value(line):
+    """_decode_compact's answer and the frame's value: (seq, ack, frame, value)."""
     m = _COMPACT.match(line)
     if m is None:
         m = _COMPACT_ACK.match(line)
         if m is not None and int(m[1]) <= MAX_SEQ:
-            return None, int(m[1]), None
+            return None, int(m[1]), None, None
         return None
     seq, ack, frame = int(m[1]), int(m[2]), m[3]
     if seq > MAX_SEQ or ack > MAX_SEQ:
@@ -331,23 +348,34 @@ def _decode_compact(line):
         return None
     if end != len(text) or type(value) is not dict:
         return None
-    return seq, ack, frame
+    return seq, ack, frame, value
 
 
 def decode(line):
     """Read one envelope line (its newline optional) and return (seq, ack, frame): frame
     is the inner frame's bytes exactly as in the line (no newline); seq and frame are
     None for a bare ack. Raises Fault for anything else."""
+    return read_envelope(line)[:3]
+
+
+def read_envelope(line):
+    """decode's answer and the inner frame's value: (seq, ack, frame, value), value the
+    frame decoded (a dict), None for a bare ack. Raises Fault as decode does."""
     if len(line) > LINE_LIMIT:
         raise Fault("a line of %d bytes, over the %d-byte limit" % (len(line), LINE_LIMIT))
-    got = _decode_compact(line)
+    got = _compact_value(line)
     if got is not None:
         return got
-    return _decode_any(line)
+    return _any_value(line)
 
 
 def _decode_any(line):
     """decode for any line, walking its members."""
+    return _any_value(line)[:3]
+
+
+def _any_value(line):
+    """_decode_any's answer and the frame's value."""
     data = line[:-1] if line.endswith(b"\n") else line
     try:
         text = data.decode("utf-8")
@@ -359,7 +387,7 @@ def _decode_any(line):
         ack = members[0][1]
         if not _seq_int(ack):
             raise Fault("ack is not an integer from 0")
-        return None, ack, None
+        return None, ack, None, None
     if len(keys) != 3 or keys[2] != "frame" or sorted(keys[:2]) != ["ack", "seq"]:
         raise Fault("keys %r are not an envelope's" % (keys[:8],))
     values = {m[0]: m for m in members}
@@ -375,7 +403,7 @@ def _decode_any(line):
     # where that short tail begins; what comes before it is short too.
     first = len(text[:start].encode("utf-8"))
     last = len(data) - len(text[end:].encode("utf-8"))
-    return seq, ack, data[first:last]
+    return seq, ack, data[first:last], frame
 
 
 def decode_attach(line):
@@ -489,52 +517,59 @@ def start_time(pid):
 
 
 class _Conn:
-    """One accepted connection. Fields under the Link's lock, except sock (its reader
-    closes it, after its writer has ended and with closed set, so no write under the
-    lock can meet a closed descriptor)."""
+    """One accepted connection. Fields under the Link's lock, except these: sock is
+    read, shut down and closed under conn.lock, and closed (open False) only once closed
+    is set and the connection's writer has ended, so neither a read of the kernel
+    proper nor a write under the Link's lock can meet a closed (or reused) descriptor;
+    inbuf and inscan belong to the kernel proper's readers (one at a time, under the
+    kernel's read lock)."""
 
     __slots__ = (
-        "sock", "epoch", "grace", "closed", "preamble", "sent", "written", "ack_sent",
-        "reack", "lock", "writer", "busy", "tail", "tail_upto",
+        "sock", "fd", "epoch", "grace", "closed", "open", "preamble", "sent", "written",
+        "ack_sent", "reack", "lock", "busy", "tail", "tail_upto", "inbuf", "inscan",
     )
 
     def __init__(self, sock, epoch, grace, ack):
         self.sock = sock
+        self.fd = sock.fileno()
         self.epoch = epoch
         self.grace = grace
         self.closed = False
+        self.open = True  # sock is not closed yet
         self.preamble = None  # the hello, sent before any envelope
         self.sent = ack  # the outbox has been sent up to this seq
         self.written = ack  # ... and written to the socket up to this one
         self.ack_sent = -1  # the highest inbound ack sent (the hello's, once it is made)
         self.reack = False  # a replay came: acknowledge again
-        self.lock = threading.Lock()  # orders shutdown against close
-        self.writer = None
+        self.lock = threading.Lock()  # orders reads and shutdown against close
         self.busy = False  # the writer thread is writing, outside the lock
         self.tail = None  # collected bytes the socket did not take yet: the writer's
         self.tail_upto = 0  # ... and the seq written once they are
+        self.inbuf = bytearray()  # a line read in part
+        self.inscan = 0  # inbuf has no newline before this
 
     def shutdown(self):
         with self.lock:
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            if self.open:
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 class _Lines:
-    """Splits what a socket reads into lines."""
+    """Splits what a socket reads into lines (the handshake's reading)."""
 
     def __init__(self, sock):
         self._sock = sock
         self._buf = bytearray()
         self._scan = 0
-        self._chunk = bytearray(_READ)  # each recv lands here
+        self._chunk = bytearray(ATTACH_LIMIT)  # each recv lands here
         self._view = memoryview(self._chunk)
 
-    def ready(self):
-        """Whether a whole line is buffered (the next readline does not read)."""
-        return self._buf.find(b"\n") >= 0
+    def rest(self):
+        """What was read past the last line returned."""
+        return self._buf
 
     def readline(self, limit, deadline=None):
         """The next line, newline included; b"" at the end (a cut line is dropped).
@@ -600,16 +635,130 @@ class _Log:
             pass
 
 
-class Link:
-    """Serves a detached kernel's socket and bridges it to the kernel proper's pipes.
+class Source:
+    """The kernel proper's reading of the attached connection: what _reader.Source is
+    over stdin, for a detached kernel (Kernel.source).
 
-    Built by _boot (before any thread), started by the kernel (start) once it exists.
-    ``inbound`` is the write end of the kernel proper's frames_in pipe, ``outbound`` the
-    read end of its frames_out pipe.
+    ``fd`` is the link's epoll descriptor: it polls readable while the attached
+    connection (whichever it is; the link swaps it in at each attach) has something to
+    read, so the kernel proper polls one descriptor for its whole life. pump reads what
+    the connection holds, drops replays (Inbox), dispatches every other frame (its
+    decoded value) in order, and acknowledges at once. A connection's end, a read error
+    or a protocol fault drops that connection (the controller reattaches); the kernel's
+    input itself never ends, so pump always returns True and ``eof`` stays False.
     """
 
-    def __init__(self, run_path, run_fd, kernel_id, token, sock, sock_id, inbound, outbound,
-                 diag, hello):
+    def __init__(self, link, dispatch, log):
+        self._link = link
+        self._dispatch = dispatch
+        self._log = log
+        self.fd = link._epoll.fileno()
+        self.eof = False
+        self.reads = 0
+        self._chunk = bytearray(_READ)  # each recv lands here
+        self._view = memoryview(self._chunk)
+
+    def pump(self, ready=False):
+        """Read and dispatch what the attached connection holds now, without waiting.
+        The caller holds the kernel's read lock (``ready`` is the stdin source's hint,
+        not needed here). Returns True."""
+        link = self._link
+        if link._woken:
+            with link._cond:
+                link._woken = False
+                _drain(link._wake_r)
+        conn = link._conn
+        if conn is None:
+            return True
+        self.reads += 1
+        why = None
+        if conn.inbuf:
+            why = self._lines(conn)  # what the handshake read past the attach
+        view = self._view
+        while why is None:
+            with conn.lock:
+                if not conn.open:
+                    break
+                try:
+                    n = conn.sock.recv_into(view, _READ, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError as exc:
+                    why = "read failed: %s" % (exc,)
+                    break
+            if not n:
+                why = "end of stream"
+                break
+            buf = conn.inbuf
+            if not buf and self._chunk.find(b"\n", 0, n) == n - 1:
+                why = self._one(conn, bytes(view[:n]))  # the common case: one whole line
+            else:
+                buf += view[:n]
+                why = self._lines(conn)
+            if n < _READ:
+                break
+        if why is not None:
+            link._drop(conn, why)
+            return True
+        with link._cond:
+            if link._conn is conn:
+                link._send_now()  # the acks owed, once for all the lines read
+        return True
+
+    def _lines(self, conn):
+        """Take every whole line in conn.inbuf; a reason to drop conn, or None."""
+        buf = conn.inbuf
+        start = 0
+        scan = conn.inscan
+        why = None
+        while True:
+            end = buf.find(b"\n", scan)
+            if end < 0:
+                break
+            why = self._one(conn, bytes(buf[start : end + 1]))
+            start = scan = end + 1
+            if why is not None:
+                break
+        del buf[:start]
+        conn.inscan = len(buf)
+        if why is None and len(buf) > LINE_LIMIT:
+            why = "protocol fault: a line over %d bytes" % LINE_LIMIT
+        return why
+
+    def _one(self, conn, line):
+        """Apply one envelope line of conn; a reason to drop conn ("" when a newer
+        attach took over), or None."""
+        try:
+            seq, ack, _, frame = read_envelope(line)
+        except Fault as exc:
+            return "protocol fault: %s (line begins %r)" % (exc, line[:64])
+        link = self._link
+        with link._cond:
+            if conn.closed:
+                return ""  # a newer attach took over: it gets the frame again
+            link.outbox.ack(ack)
+            if seq is None:
+                return None
+            if not link.inbox.accept(seq):
+                conn.reack = True  # a replay: dropped, acknowledged again
+                return None
+        try:
+            self._dispatch(frame)
+        except Exception as exc:  # a frame never stops the reading
+            self._log("error", "frame dropped: %s: %s" % (type(exc).__name__, exc))
+        return None
+
+
+class Link:
+    """Serves a detached kernel's socket and carries the kernel proper's frames over the
+    attached connection.
+
+    Built by _boot (before any thread), started by the kernel (start) once it exists.
+    The kernel proper writes its frames with send and reads the controller's through
+    source (a Source, polled and pumped by the kernel's own threads).
+    """
+
+    def __init__(self, run_path, run_fd, kernel_id, token, sock, sock_id, diag, hello):
         self._run_path = run_path
         self._run_fd = run_fd
         self._run_id = _dir_id(os.fstat(run_fd))
@@ -617,11 +766,6 @@ class Link:
         self._token = token.encode("ascii")
         self._sock = sock
         self._sock_id = sock_id
-        self._inbound = inbound
-        self._outbound = outbound
-        os.set_blocking(outbound, False)
-        _frames.widen_pipe(inbound)
-        _frames.widen_pipe(outbound)
         self._hello = hello  # pid, pgid, python, bundle
         self.log = _Log(diag)
         self._kernel = None
@@ -630,93 +774,62 @@ class Link:
         self._progress = threading.Condition(self._lock)  # conn.written moved; finish waits
         self.outbox = Outbox()
         self.inbox = Inbox()
-        self._apply_lock = threading.Lock()
         self.epoch = 0
         self._conn = None
         self._detached_at = time.monotonic()
         self._grace = FIRST_GRACE
         self._ending = False
         self._handshakes = threading.BoundedSemaphore(HANDSHAKES)
-        self._pump_wake_r, self._pump_wake_w = os.pipe()
-        os.set_blocking(self._pump_wake_r, False)
-        os.set_blocking(self._pump_wake_w, False)
-        self._flush_asked = threading.Event()
-        self._flushed = threading.Event()
+        # What the kernel proper polls: the attached connection's socket (swapped at
+        # each attach, under the lock: _polled) and a wake pipe (_woken, under the lock).
+        self._epoll = select.epoll()
+        self._polled = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._epoll.register(self._wake_r, select.EPOLLIN)
+        self._woken = False
+        self._flushing = False  # finish waits: _send_now tells it of progress
+
+    def source(self, dispatch, log):
+        """The kernel proper's Source: it dispatches each controller frame applied (its
+        decoded value) with ``dispatch``; ``log(level, message)`` reports a frame whose
+        dispatch failed."""
+        return Source(self, dispatch, log)
 
     def start(self, kernel):
-        """Serve: start the pump, the accept loop and the watch."""
+        """Serve: start the accept loop and the watch."""
         self._kernel = kernel
         for target, name in (
-            (self._pump, "kennel-link-pump"),
             (self._accept, "kennel-link-accept"),
             (self._watch, "kennel-link-watch"),
         ):
             threading.Thread(target=target, name=name, daemon=True).start()
 
-    # Kernel frames out: pipe B to the outbox, the outbox to the socket.
+    # Kernel frames out: straight into the outbox and, as far as the socket takes them
+    # at once, out to the attached connection.
 
-    def _pump(self):
-        poller = select.poll()
-        poller.register(self._outbound, select.POLLIN)
-        poller.register(self._pump_wake_r, select.POLLIN)
-        outbound = self._outbound
-        chunk = memoryview(bytearray(_READ))
-        buf = bytearray()
-        eof = False
-        while True:
-            for fd, _ in poller.poll():
-                if fd == self._pump_wake_r:
-                    _drain(fd)
-            while not eof:
-                try:
-                    n = os.readv(outbound, [chunk])
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    n = 0
-                if not n:
-                    eof = True
-                    poller.unregister(outbound)
-                    break
-                self._take(buf, bytes(chunk[:n]))
-                if n < _READ:
-                    break  # the pipe is drained (a later frame wakes the poll again)
-            if self._flush_asked.is_set():
-                self._flushed.set()
-            if eof and not self._flush_asked.is_set():
-                return
-
-    def _take(self, buf, data):
-        frames = []
-        if not buf and data.find(b"\n") == len(data) - 1:
-            frames.append(data[:-1])  # the common case: one whole frame
-        else:
-            scan = len(buf)  # what buf held has no newline: look at the new bytes only
-            buf += data
-            start = 0
-            while True:
-                end = buf.find(b"\n", scan)
-                if end < 0:
-                    break
-                frames.append(bytes(buf[start:end]))
-                start = scan = end + 1
-            del buf[:start]
-            if len(buf) > LINE_LIMIT:
-                buf.clear()  # the stub writes no such frame; never hold more
-                self.log("a kernel frame over %d bytes was dropped" % LINE_LIMIT)
-        if frames:
-            with self._cond:
-                for frame in frames:
-                    self.outbox.push(frame)
-                self._send_now()
+    def send(self, data):
+        """Keep one frame of the kernel proper (its bytes, the newline optional) in the
+        outbox and write it to the attached connection now, as far as the socket takes
+        it without waiting; the connection's writer thread carries the rest. From any
+        thread; never waits on a socket (a full outbox drops, see Outbox)."""
+        frame = data[:-1] if data[-1:] == b"\n" else data
+        if len(frame) >= LINE_LIMIT - 64:
+            self.log("a kernel frame of %d bytes was dropped (the line limit)" % len(frame))
+            return
+        with self._cond:
+            self.outbox.push(frame)
+            self._send_now()
 
     # Writing a connection. What is due on it (the hello, outbox frames past conn.sent,
     # an ack) goes out from whichever thread made it due, straight away, when the
     # socket takes it without waiting and no other write is under way (_send_now); what
     # it does not take is left to the connection's writer thread, which may wait on the
-    # socket. The pump thus never waits on a socket, and a frame that can go at once
-    # costs no hand-off between threads. Bytes reach the socket in the order they were
-    # collected: one writer at a time (conn.busy), the writer's tail first.
+    # socket. A frame write of the kernel proper thus never waits on a socket, and a
+    # frame that can go at once costs no hand-off between threads. Bytes reach the
+    # socket in the order they were collected: one writer at a time (conn.busy), the
+    # writer's tail first.
 
     def _due(self, conn):
         """Under the lock: whether conn has anything to send."""
@@ -766,7 +879,7 @@ class Link:
             n = 0  # the writer's own write meets the failure and drops the connection
         if n == len(data):
             conn.written = upto
-            if self._flush_asked.is_set():
+            if self._flushing:
                 self._progress.notify_all()  # finish waits for it
             return
         conn.tail = memoryview(data)[n:]
@@ -774,12 +887,14 @@ class Link:
         self._cond.notify_all()
 
     def _write_loop(self, conn):
+        """The connection's writer: what the socket did not take at once, the hello and
+        the resend. Returns why conn failed, or None once it was closed."""
         sock = conn.sock
         while True:
             with self._cond:
                 while True:
                     if conn.closed:
-                        return
+                        return None
                     if conn.tail is not None:
                         data, upto = conn.tail, conn.tail_upto
                         conn.tail = None
@@ -796,14 +911,13 @@ class Link:
             except OSError as exc:
                 with self._cond:
                     conn.busy = False
-                self._drop(conn, "write failed: %s" % (exc,))
-                return
+                return "write failed: %s" % (exc,)
             with self._cond:
                 conn.busy = False
                 conn.written = upto
                 self._progress.notify_all()
 
-    # Controller frames in.
+    # Connections.
 
     def _accept(self):
         while True:
@@ -827,8 +941,9 @@ class Link:
                 sock.close()
 
     def _serve(self, sock):
-        """A new connection: its handshake, then (accepted) its reader."""
+        """A new connection: its handshake, then (accepted) its writer until it ends."""
         conn = None
+        why = None
         try:
             lines = _Lines(sock)
             try:
@@ -836,18 +951,15 @@ class Link:
             finally:
                 self._handshakes.release()
             if conn is not None:
-                why = self._read_loop(conn, lines)
-                self._drop(conn, why)
+                why = self._write_loop(conn)
         except BaseException as exc:  # a connection never takes the kernel down
             self.log("connection failed: %r" % (exc,))
-            if conn is not None:
-                self._drop(conn, "failed")
+            why = "failed"
         finally:
             if conn is not None:
-                self._drop(conn, None)
-                if conn.writer is not None:
-                    conn.writer.join()
+                self._drop(conn, why)
                 with conn.lock:
+                    conn.open = False
                     sock.close()
             else:
                 sock.close()
@@ -861,8 +973,8 @@ class Link:
             pass
 
     def _handshake(self, sock, lines):
-        """Read and check the attach; return the accepted connection, or None (refused
-        or given up; the caller closes the socket)."""
+        """Read and check the attach; return the accepted connection, now the attached
+        one, or None (refused or given up; the caller closes the socket)."""
         deadline = time.monotonic() + ATTACH_TIMEOUT
         try:
             line = lines.readline(ATTACH_LIMIT, deadline)
@@ -901,9 +1013,17 @@ class Link:
                 old = self._conn
                 conn = _Conn(sock, self.epoch, grace, ack)
                 conn.ack_sent = self.inbox.last  # the hello carries it
-                self._conn = conn
+                rest = lines.rest()
+                if rest:
+                    # Lines sent before the hello came: the kernel proper's next pump
+                    # takes them first (the wake makes it pump).
+                    conn.inbuf = rest
+                    self._woken = True
+                    _poke(self._wake_w)
                 if old is not None:
                     old.closed = True
+                self._poll(conn)
+                self._conn = conn  # the kernel proper's readers see it from now on
                 if ack > self.outbox.last:
                     self.log("attach ack %d is above the newest seq %d" % (ack, self.outbox.last))
                 self.outbox.ack(ack)
@@ -925,9 +1045,6 @@ class Link:
                     json.dumps({"hello": dict(fields)}, separators=(",", ":"), ensure_ascii=True)
                     + "\n"
                 ).encode("ascii")
-                conn.writer = threading.Thread(
-                    target=self._write_loop, args=(conn,), name="kennel-link-writer", daemon=True
-                )
                 self._cond.notify_all()
                 self._progress.notify_all()
         if refuse:
@@ -939,59 +1056,29 @@ class Link:
             "attach epoch %d (ack %d, grace %gs)%s"
             % (conn.epoch, ack, grace, " replaces epoch %d" % old.epoch if old is not None else "")
         )
-        try:
-            conn.writer.start()
-        except RuntimeError as exc:  # no thread to be had: this attach cannot be served
-            conn.writer = None
-            self._drop(conn, "no writer: %s" % (exc,))
-            return None
         return conn
 
-    def _read_loop(self, conn, lines):
-        """Apply the connection's envelopes until it ends; return why it ended."""
-        while True:
+    def _poll(self, conn):
+        """Under the lock: make conn's socket the one the kernel proper polls (None: no
+        socket)."""
+        old = self._polled
+        if old is conn:
+            return
+        self._polled = conn
+        if old is not None:
             try:
-                line = lines.readline(LINE_LIMIT)
-            except Fault as exc:
-                return "protocol fault: %s" % (exc,)
-            except OSError as exc:
-                return "read failed: %s" % (exc,)
-            if not line:
-                return "end of stream"
-            try:
-                seq, ack, frame = decode(line)
-            except Fault as exc:
-                return "protocol fault: %s (line begins %r)" % (exc, line[:64])
-            if seq is None:
-                with self._cond:
-                    self.outbox.ack(ack)
-                    if not lines.ready():
-                        self._send_now()  # an ack owed by an envelope before it
-                continue
-            with self._apply_lock:
-                if conn.closed:
-                    return None  # a newer attach took over: it gets the frame again
-                if self.inbox.accept(seq):
-                    try:
-                        _write_all(self._inbound, frame + b"\n")
-                    except OSError as exc:
-                        return "frame to the kernel lost: %s" % (exc,)
-                    replay = False
-                else:
-                    replay = True
-            with self._cond:
-                self.outbox.ack(ack)
-                if replay:
-                    conn.reack = True
-                # The kernel acknowledges at once: from this thread, with no hand-off,
-                # and once for all the lines already read.
-                if not lines.ready():
-                    self._send_now()
+                self._epoll.unregister(old.fd)
+            except OSError:
+                pass
+        if conn is not None:
+            self._epoll.register(conn.fd, select.EPOLLIN)
 
     def _drop(self, conn, why):
         with self._cond:
             first = not conn.closed
             conn.closed = True
+            if self._polled is conn:
+                self._poll(None)
             if self._conn is conn:
                 self._conn = None
                 self._detached_at = time.monotonic()
@@ -1043,22 +1130,20 @@ class Link:
             life.begin("unattached past the grace")  # returns only if an end was under way
 
     def finish(self, timeout):
-        """At exit: move what the kernel proper wrote into the outbox and out to the
-        attached connection, waiting ``timeout`` seconds at most; then remove the socket
-        file (if it is still this kernel's)."""
+        """At exit (the kernel proper's writer sealed): wait up to ``timeout`` seconds for
+        the outbox to reach the attached connection's socket; then remove the socket file
+        (if it is still this kernel's)."""
         deadline = time.monotonic() + timeout
-        self._flush_asked.set()
-        _poke(self._pump_wake_w)
-        if self._flushed.wait(timeout):
-            with self._cond:
-                while True:
-                    conn = self._conn
-                    if conn is None or conn.closed or conn.written >= self.outbox.last:
-                        break
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._progress.wait(left)
+        with self._cond:
+            self._flushing = True
+            while True:
+                conn = self._conn
+                if conn is None or conn.closed or conn.written >= self.outbox.last:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._progress.wait(left)
         try:
             info = os.stat(SOCKET_NAME, dir_fd=self._run_fd, follow_symlinks=False)
             if (info.st_dev, info.st_ino) == self._sock_id:
@@ -1069,16 +1154,6 @@ class Link:
 
 def _dir_id(info):
     return info.st_dev, info.st_ino
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except InterruptedError:
-            continue
-        view = view[written:]
 
 
 def _poke(fd):

@@ -8,6 +8,10 @@ dispatch under it too, so frames are dispatched in the order they came, whoever 
 
 The descriptor stays blocking (it may be shared, e.g. a terminal): a read happens only
 right after poll said it has data, under the lock, so it never blocks.
+
+A detached kernel reads its link's attached connection the same way, through
+kennel._link.Source (the same fd, reads, eof and pump), which takes envelopes instead
+of lines: the same threads read it, under the same lock.
 """
 
 import os
