@@ -290,26 +290,22 @@ func (k *Kit) docker(ctx context.Context, spec *sessionspec.Transport, dir strin
 	if err := controller.CheckWorkingDir(dir); err != nil {
 		return err
 	}
-	// A first map finds the mounts and the sandbox directory; in run mode the kernel's
-	// user follows from them, and fs.write's files must be that user's too.
-	probe := &Parts{}
-	m, err := hostMap(spec, dir, nil, probe)
+	mounts, sandboxDir, err := probeMounts(spec, dir)
 	if err != nil {
 		return err
 	}
-	mounts, sandboxDir := m.Mounts(), m.Dir()
-	probe.Release()
 	o, err := k.dockerOptions(spec.Docker, mounts)
 	if err != nil {
 		return err
 	}
 	var owner *pathmap.Owner
 	if o.Container == "" {
-		if own, ok := numericOwner(o.UserFor(sandboxDir)); ok && (own.UID != os.Geteuid() || own.GID != os.Getegid()) {
-			owner = &own
+		if own, ok := numericOwner(o.UserFor(sandboxDir)); ok {
+			owner = otherOwner(own)
 		}
 	}
-	if m, err = hostMap(spec, dir, owner, p); err != nil {
+	m, err := hostMap(spec, dir, owner, p)
+	if err != nil {
 		return err
 	}
 	k.env(spec, m, p)
@@ -338,6 +334,28 @@ func (k *Kit) docker(ctx context.Context, spec *sessionspec.Transport, dir strin
 	}
 	p.Transport, p.Python = tr, spec.Python
 	return nil
+}
+
+// probeMounts makes a first, throwaway path map of spec at dir to find its mounts and
+// the sandbox directory: a container kernel's user follows from them, and fs.write's files
+// (the real map's owner) must be that user's too.
+func probeMounts(spec *sessionspec.Transport, dir string) ([]pathmap.Mount, string, error) {
+	probe := &Parts{}
+	defer probe.Release()
+	m, err := hostMap(spec, dir, nil, probe)
+	if err != nil {
+		return nil, "", err
+	}
+	return m.Mounts(), m.Dir(), nil
+}
+
+// otherOwner is own as the owner fs.write gives its files, or nil when it is this
+// process's own user (nothing to give).
+func otherOwner(own pathmap.Owner) *pathmap.Owner {
+	if own.UID == os.Geteuid() && own.GID == os.Getegid() {
+		return nil
+	}
+	return &own
 }
 
 // numericOwner parses a "uid:gid" user.
@@ -499,15 +517,10 @@ func (k *Kit) containerd(ctx context.Context, spec *sessionspec.Transport, dir s
 	if err := controller.CheckWorkingDir(dir); err != nil {
 		return err
 	}
-	// As for Docker: a first map finds the mounts and the sandbox directory, the kernel's
-	// user follows from them, and fs.write's files must be that user's too.
-	probe := &Parts{}
-	m, err := hostMap(spec, dir, nil, probe)
+	mounts, sandboxDir, err := probeMounts(spec, dir)
 	if err != nil {
 		return err
 	}
-	mounts, sandboxDir := m.Mounts(), m.Dir()
-	probe.Release()
 	o, err := k.containerdOptions(spec.Containerd, mounts)
 	if err != nil {
 		return err
@@ -516,11 +529,8 @@ func (k *Kit) containerd(ctx context.Context, spec *sessionspec.Transport, dir s
 	if err != nil {
 		return &sessionspec.FieldError{Field: "containerd.user", Err: err}
 	}
-	var owner *pathmap.Owner
-	if int(uid) != os.Geteuid() || int(gid) != os.Getegid() {
-		owner = &pathmap.Owner{UID: int(uid), GID: int(gid)}
-	}
-	if m, err = hostMap(spec, dir, owner, p); err != nil {
+	m, err := hostMap(spec, dir, otherOwner(pathmap.Owner{UID: int(uid), GID: int(gid)}), p)
+	if err != nil {
 		return err
 	}
 	k.env(spec, m, p)

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kennel-dev/kennel/pathmap"
@@ -112,21 +112,7 @@ func DefaultFIFODir() string { return filepath.Join(os.TempDir(), "kennel-contai
 func (o Options) UserFor(dir string) (uid, gid uint32, err error) {
 	u := o.User
 	if u == "" {
-		u = docker.DefaultUser(os.Getuid(), os.Getgid(), func() (int, int, bool) {
-			host, ok := hostDirOf(o.Mounts, dir)
-			if !ok {
-				return 0, 0, false
-			}
-			fi, err := os.Stat(host)
-			if err != nil {
-				return 0, 0, false
-			}
-			st, ok := fi.Sys().(*syscall.Stat_t)
-			if !ok {
-				return 0, 0, false
-			}
-			return int(st.Uid), int(st.Gid), true
-		})
+		u = docker.DefaultUserFor(o.Mounts, dir)
 	}
 	return parseUser(u)
 }
@@ -142,26 +128,6 @@ func parseUser(u string) (uint32, uint32, error) {
 	return uint32(uid), uint32(gid), nil
 }
 
-// hostDirOf maps a sandbox directory to its host directory through the deepest mount
-// holding it.
-func hostDirOf(mounts []pathmap.Mount, dir string) (string, bool) {
-	best := -1
-	for i, m := range mounts {
-		s := filepath.Clean(m.Sandbox)
-		if dir == s || strings.HasPrefix(dir, strings.TrimSuffix(s, "/")+"/") {
-			if best < 0 || len(s) > len(filepath.Clean(mounts[best].Sandbox)) {
-				best = i
-			}
-		}
-	}
-	if best < 0 {
-		return "", false
-	}
-	m := mounts[best]
-	rel := strings.TrimPrefix(strings.TrimPrefix(dir, filepath.Clean(m.Sandbox)), "/")
-	return filepath.Join(m.Host, rel), true
-}
-
 func limit(v, def int64) int64 {
 	switch {
 	case v == 0:
@@ -174,6 +140,9 @@ func limit(v, def int64) int64 {
 
 // check refuses options that cannot work, before anything runs.
 func (o Options) check() error {
+	if err := CheckRuntime(o.Runtime); err != nil {
+		return &transports.FieldError{Field: "Options.Runtime", Reason: err.Error()}
+	}
 	for i, m := range o.Mounts {
 		field := fmt.Sprintf("Options.Mounts[%d]", i)
 		if !filepath.IsAbs(m.Sandbox) || !filepath.IsAbs(m.Host) {
@@ -197,4 +166,18 @@ func (o Options) check() error {
 		}
 	}
 	return nil
+}
+
+// runtimeName is what a runtime may be: a shim name or a bare binary name.
+var runtimeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
+
+// CheckRuntime refuses a runtime that is neither empty, a shim name, nor a bare binary
+// name: never a path, so a session description cannot have containerd run a binary of its
+// choosing as the OCI runtime (a name is found on containerd's own PATH, which the
+// operator sets).
+func CheckRuntime(r string) error {
+	if r == "" || runtimeName.MatchString(r) {
+		return nil
+	}
+	return fmt.Errorf("runtime %q: want a shim name (io.containerd.runsc.v1) or an OCI runtime's bare name on containerd's PATH (runsc), never a path", r)
 }

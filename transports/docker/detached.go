@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 	"github.com/kennel-dev/kennel/transports/internal/linked"
 )
 
@@ -126,7 +126,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 		return nil, fmt.Errorf("hand the token to container %.12s: %w", id, werr)
 	}
 	// What the kernel says on stderr before its kernel.log takes over: a failed start's why.
-	early := &headBuffer{limit: 4096}
+	early := &kernelstart.HeadBuffer{Limit: 4096}
 	go func() { _, _ = stdcopy.StdCopy(io.Discard, early, att.Reader) }()
 	exited, result := t.waitContainer(context.Background(), id)
 	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
@@ -374,25 +374,3 @@ func (k *detachedKernel) Record() transports.Record {
 
 // Link is the kernel's link.
 func (k *detachedKernel) Link() *link.Client { return k.client }
-
-// headBuffer keeps the first limit bytes written to it; safe for concurrent use.
-type headBuffer struct {
-	mu    sync.Mutex
-	limit int
-	b     []byte
-}
-
-func (h *headBuffer) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if room := h.limit - len(h.b); room > 0 {
-		h.b = append(h.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (h *headBuffer) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return string(h.b)
-}

@@ -135,8 +135,15 @@ func (o Options) UserFor(dir string) string {
 	if o.User != "" {
 		return o.User
 	}
+	return DefaultUserFor(o.Mounts, dir)
+}
+
+// DefaultUserFor is DefaultUser for a kernel of this process's user whose working
+// directory dir (a sandbox path) is on one of mounts: the owner of dir's host directory
+// takes root's place. The containerd transport's default too.
+func DefaultUserFor(mounts []pathmap.Mount, dir string) string {
 	return DefaultUser(os.Getuid(), os.Getgid(), func() (int, int, bool) {
-		host, ok := hostDirOf(o.Mounts, dir)
+		host, ok := hostDirOf(mounts, dir)
 		if !ok {
 			return 0, 0, false
 		}

@@ -112,19 +112,7 @@ func testCutAndReattach(t *testing.T, s *suite) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	l.Link().Drop()
-	out, dones := "", 0
-	for dones == 0 {
-		f, err := ss.c.Next()
-		if err != nil {
-			t.Fatalf("after the cut: %v", err)
-		}
-		switch {
-		case f.Event() == "stream":
-			out += f.Str("text")
-		case f.Event() == "done" && f.ID() == id:
-			dones++
-		}
-	}
+	out := outputUntilDone(t, ss.c, id, "after the cut", nil)
 	if out != "42\n" {
 		t.Fatalf("output %q across the cut, want it once", out)
 	}
@@ -155,28 +143,18 @@ func testHostCallAcrossACut(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests, out := 0, ""
-	for {
-		f, err := ss.c.Next()
-		if err != nil {
-			t.Fatalf("waiting for the host call: %v", err)
+	requests := 0
+	out := outputUntilDone(t, ss.c, id, "waiting for the host call", func(f Frame) {
+		if f.Event() != "host_request" {
+			return
 		}
-		if f.Event() == "host_request" {
-			requests++
-			l.Link().Drop()
-			reply, _ := json.Marshal(map[string]any{"type": "host_reply", "id": f.ID(), "status": "ok", "result": map[string]any{"n": 7}})
-			if _, err := ss.k.Stdin().Write(append(reply, '\n')); err != nil {
-				t.Fatal(err)
-			}
-			continue
+		requests++
+		l.Link().Drop()
+		reply, _ := json.Marshal(map[string]any{"type": "host_reply", "id": f.ID(), "status": "ok", "result": map[string]any{"n": 7}})
+		if _, err := ss.k.Stdin().Write(append(reply, '\n')); err != nil {
+			t.Fatal(err)
 		}
-		if f.Event() == "stream" {
-			out += f.Str("text")
-		}
-		if f.Event() == "done" && f.ID() == id {
-			break
-		}
-	}
+	})
 	if requests != 1 || out != "answer 7\n" {
 		t.Fatalf("%d host requests seen, output %q: want the request once and its answer once", requests, out)
 	}
@@ -233,19 +211,7 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 		_ = c2.End(s.cfg.timeout)
 	})
 	ss2.hello(t, s.bundle)
-	out, dones := "", 0
-	for dones == 0 {
-		f, err := c2.Next()
-		if err != nil {
-			t.Fatalf("after the reattach: %v", err)
-		}
-		switch {
-		case f.Event() == "stream":
-			out += f.Str("text")
-		case f.Event() == "done" && f.ID() == id:
-			dones++
-		}
-	}
+	out := outputUntilDone(t, c2, id, "after the reattach", nil)
 	if out != "late 42\n" {
 		t.Fatalf("the late cell's output %q after the reattach, want it once", out)
 	}
@@ -260,6 +226,27 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 			stop(t, k3, s.cfg.timeout)
 		}
 		t.Fatalf("reattach to a killed kernel: %v, want errdefs.ErrNotFound", err)
+	}
+}
+
+// outputUntilDone reads c's frames until the done of cell id and returns the stream text
+// read meanwhile; other frames go to other (when set). what names the wait in a failure.
+func outputUntilDone(t *testing.T, c *Client, id, what string, other func(Frame)) string {
+	t.Helper()
+	out := ""
+	for {
+		f, err := c.Next()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		switch {
+		case f.Event() == "stream":
+			out += f.Str("text")
+		case f.Event() == "done" && f.ID() == id:
+			return out
+		case other != nil:
+			other(f)
+		}
 	}
 }
 

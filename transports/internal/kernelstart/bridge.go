@@ -117,7 +117,7 @@ func NoKernel(err error) bool {
 // ends first is a *BridgeError; ctx ending first is ctx's cause; either way the command is
 // closed (and so ends). stderr, when set, gets the command's stderr too.
 func OpenBridge(ctx context.Context, run Runner, action string, argv []string, preamble []byte, stderr io.Writer) (net.Conn, error) {
-	said := &headBuffer{limit: 2048}
+	said := &HeadBuffer{Limit: 2048}
 	p, err := run(ctx, argv, teeWriter{said, stderr})
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", action, err)
@@ -167,7 +167,7 @@ func OpenBridge(ctx context.Context, run Runner, action string, argv []string, p
 // RunBridge runs a bridge action that does not connect (signal, cleanup) and returns
 // its exit status and the start of what it wrote to stdout and to stderr (2 KiB each).
 func RunBridge(ctx context.Context, run Runner, argv []string) (code int, stdout, stderr string, err error) {
-	said := &headBuffer{limit: 2048}
+	said := &HeadBuffer{Limit: 2048}
 	p, err := run(ctx, argv, said)
 	if err != nil {
 		return 0, "", "", err
@@ -175,7 +175,7 @@ func RunBridge(ctx context.Context, run Runner, argv []string) (code int, stdout
 	defer p.Close()
 	stop := context.AfterFunc(ctx, func() { p.Close() })
 	defer stop()
-	out := &headBuffer{limit: 2048}
+	out := &HeadBuffer{Limit: 2048}
 	_, _ = io.Copy(out, p) // its stdout ends with it
 	code, err = p.Exit(ctx)
 	return code, out.String(), said.String(), err
@@ -196,23 +196,27 @@ func (w teeWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// headBuffer keeps the first limit bytes written to it; safe for concurrent use.
-type headBuffer struct {
-	mu    sync.Mutex
-	limit int
-	b     []byte
+// HeadBuffer keeps the first Limit bytes written to it and drops the rest (a Write never
+// fails): what a process said first, bounded. Safe for concurrent use.
+type HeadBuffer struct {
+	Limit int
+
+	mu sync.Mutex
+	b  []byte
 }
 
-func (h *headBuffer) Write(p []byte) (int, error) {
+// Write keeps what fits of p and reports all of it written.
+func (h *HeadBuffer) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if room := h.limit - len(h.b); room > 0 {
+	if room := h.Limit - len(h.b); room > 0 {
 		h.b = append(h.b, p[:min(room, len(p))]...)
 	}
 	return len(p), nil
 }
 
-func (h *headBuffer) String() string {
+// String is what was kept.
+func (h *HeadBuffer) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return string(h.b)
