@@ -65,11 +65,9 @@ func (s *Server) answerKeyed(ctx context.Context, e *entry, rec store.Cell, budg
 		}
 		return controller.JobWait{}, &reply, nil
 	case store.CellRunning:
-		if rec.Epoch == e.epoch {
-			if id, err := jobs.ParseID(rec.Job); err == nil {
-				if jw, err := e.sess.WaitJob(ctx, id, budget); err == nil {
-					return jw, nil, nil
-				}
+		if id, ok := e.keyedJob(rec.Key); ok {
+			if jw, err := e.sess.WaitJob(ctx, id, budget); err == nil {
+				return jw, nil, nil
 			}
 		}
 		// Sent by an earlier daemon and not yet driven again (its kernel is being
@@ -80,11 +78,17 @@ func (s *Server) answerKeyed(ctx context.Context, e *entry, rec store.Cell, budg
 		Error: &api.Error{Status: http.StatusOK, Code: api.CodeUnknown, Message: fmt.Sprintf("cell of idempotency key %q: it was sent to a kernel that is gone; whether it ran is unknown, and it is not run again", rec.Key)}}, nil
 }
 
-// keepCell records rec's job, then its settled reply once the job ends.
+// keepCell notes rec's job, then records its settled reply once the job ends.
+//
+// The job is this daemon's, so it is kept in memory (a retry in this daemon waits on it);
+// the store gets it with the reply, sparing every keyed cell one fsync.
 func (s *Server) keepCell(e *entry, rec store.Cell, jw controller.JobWait) {
-	if err := s.store.PutCell(e.id, rec); err != nil {
-		s.log.Warn("recording a keyed cell's job", "session", e.id, "key", rec.Key, "err", err)
+	e.mu.Lock()
+	if e.keyed == nil {
+		e.keyed = map[string]jobs.ID{}
 	}
+	e.keyed[rec.Key] = jw.Outcome.Job()
+	e.mu.Unlock()
 	go func() {
 		if _, settled := jw.Outcome.(jobs.Settled); !settled {
 			var err error
@@ -149,7 +153,15 @@ func (s *Server) redrive(e *entry) {
 			continue // kept running in the record: the next daemon tries again
 		}
 		c.Job, c.Epoch = jw.Outcome.Job().String(), e.epoch
-		s.trackJob(e, jw.Outcome.Job())
+		e.addJob(jw.Outcome.Job())
 		s.keepCell(e, c, jw)
 	}
+}
+
+// keyedJob is the job of the keyed cell of key this daemon runs, if it does.
+func (e *entry) keyedJob(key string) (jobs.ID, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	id, ok := e.keyed[key]
+	return id, ok
 }

@@ -144,7 +144,7 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 // cellReply turns a cell's wait into its reply, and counts it.
 func (s *Server) cellReply(e *entry, jw controller.JobWait) api.CellReply {
 	id := jw.Outcome.Job()
-	s.trackJob(e, id)
+	e.addJob(id)
 	reply := replyOf(e, jw)
 	if _, ok := jw.Outcome.(jobs.Settled); ok {
 		s.accountSettled(e, id, jw.Outcome.SoFar())

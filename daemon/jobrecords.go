@@ -14,9 +14,9 @@ import (
 	"github.com/kennel-dev/kennel/store"
 )
 
-// Every job started through the API (shell jobs and cells) is recorded in the store at
-// its start and at its end, with the start of its output kept in a file beside the
-// store: after a restart, `kennel jobs` lists the jobs an earlier daemon ran and `kennel
+// Every shell job started through the API is recorded in the store at its start and at
+// its end, with the start of its output kept in a file beside the store (cells are not:
+// two fsyncs per cell would cost every cell's latency; a keyed cell has its own record): after a restart, `kennel jobs` lists the jobs an earlier daemon ran and `kennel
 // logs` reads what they wrote. A job the earlier daemon saw start but not end is listed
 // with state "unknown": it may have ended, or run on in a resumed kernel, but its end and
 // its later output were not seen by this daemon.
@@ -27,7 +27,7 @@ const maxKept = 1 << 20
 // jobsDir is where session id's jobs' kept output lives.
 func (s *Server) jobsDir(id string) string { return filepath.Join(s.opts.StateDir, "jobs", id) }
 
-// trackJob is entry.addJob for a job this daemon started, which it also records.
+// trackJob is entry.addJob for a shell job this daemon started, which it also records.
 func (s *Server) trackJob(e *entry, id jobs.ID) {
 	e.addJob(id)
 	j, ok := e.sess.Jobs().Job(id)

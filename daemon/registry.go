@@ -33,6 +33,7 @@ type entry struct {
 	jobIDs    []jobs.ID            // jobs started through the API, in order
 	accounted map[jobs.ID]struct{} // ended jobs whose bytes the metrics counted
 	recorded  map[jobs.ID]bool     // jobs whose record the store keeps
+	keyed     map[string]jobs.ID   // the jobs of the keyed cells this daemon runs, by key
 	detaching bool                 // a shutdown lets the kernel go: jobs' ends are not recorded
 	closed    bool
 }
