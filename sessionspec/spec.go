@@ -13,6 +13,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/kennel-dev/kennel/pathmap"
+	"github.com/kennel-dev/kennel/transports/containerd"
 )
 
 // The kinds of transport a Transport can name, as Kind returns them and as each
@@ -428,8 +429,8 @@ func (c *Containerd) check() []error {
 	if c.Network != "" && c.Network != "none" {
 		add(bad("containerd.network", "%q: the containerd transport gives only loopback: none (the default)", c.Network))
 	}
-	if strings.ContainsAny(c.Runtime, " \t\r\n\x00") {
-		add(bad("containerd.runtime", "%q is not a runtime shim name such as io.containerd.runsc.v1", c.Runtime))
+	if err := containerd.CheckRuntime(c.Runtime); err != nil {
+		add(bad("containerd.runtime", "%v", err))
 	}
 	if _, err := c.MemoryBytes(); err != nil {
 		add(err)

@@ -43,6 +43,8 @@ func TestDecodeNamesEveryBadField(t *testing.T) {
 		{`{"containerd": {"network": "bridge", "user": "kennel", "memory": "lots", "cpus": "0", "pids": -3, "address": "rel.sock", "namespace": "k8s.io"}}`, []string{"containerd.network", "containerd.user", "containerd.memory", "containerd.pids", "containerd.address", "containerd.namespace"}},
 		{`{"containerd": {"runtime": "io.containerd runsc", "image": " img", "cpus": "fast", "user": "1:x"}}`, []string{"containerd.runtime", "containerd.image", "containerd.cpus", "containerd.user"}},
 		{`{"containerd": {"network": " none"}, "env": ["1A"]}`, []string{"containerd.network", "env[0]"}},
+		{`{"containerd": {"runtime": "/tmp/evil"}}`, []string{"containerd.runtime"}},
+		{`{"containerd": {"runtime": "../runsc"}}`, []string{"containerd.runtime"}},
 		{`{"containerd": "yes"}`, []string{"containerd"}},
 		{`[1]`, []string{""}},
 		{`null`, []string{""}},

@@ -87,3 +87,19 @@ func TestShimOfRuntime(t *testing.T) {
 		t.Error("a runtime with a space was accepted")
 	}
 }
+
+// TestARuntimePathIsRefused: a runtime is a shim name or a bare binary name, never a
+// path a description could point at a binary of its choosing with.
+func TestARuntimePathIsRefused(t *testing.T) {
+	for _, rt := range []string{"/usr/local/bin/runsc", "./runsc", "run sc", "runsc\x00"} {
+		var fe *transports.FieldError
+		if err := (Options{Runtime: rt}).check(); !errors.As(err, &fe) || fe.Field != "Options.Runtime" {
+			t.Errorf("runtime %q: %v, want a FieldError on Options.Runtime", rt, err)
+		}
+	}
+	for _, rt := range []string{"", "runsc", "io.containerd.runsc.v1", DefaultRuntime} {
+		if err := (Options{Runtime: rt}).check(); err != nil {
+			t.Errorf("runtime %q refused: %v", rt, err)
+		}
+	}
+}
