@@ -27,6 +27,7 @@ func runStubScript(t *testing.T, program string) {
 // acks, plus the rules case by case.
 const outboxProgram = `
 import random
+from kennel import _link
 from kennel._link import Outbox, MAX_FRAMES, MAX_BYTES
 
 assert (MAX_FRAMES, MAX_BYTES) == (4096, 64 << 20)
@@ -139,6 +140,17 @@ for round in range(30):
             if not batch and cursor >= o.last:
                 break
         assert got == want, (round, step)
+
+# withdraw: the matching frames go, uncounted, their seqs gaps; a coalescing one's key is free.
+o = Outbox()
+for f, key in [(b"a1", None), (b"b2", "k"), (b"a3", None), (b"c4", None)]:
+    o.push(f, key)
+assert o.withdraw(lambda f: f[:1] in (b"a", b"b")) == 3
+assert [(s, f) for s, f in o.pending()] == [(4, b"c4")] and o.bytes == 2 and o.take_dropped() == 0
+assert o.push(b"b5", "k") == 5 and [s for s, _ in o.pending()] == [4, 5]
+assert o.batch(0) == ([(4, b"c4"), (5, b"b5")], 5)
+assert _link._host_request_id(b'{"event":"host_request","id":"h7","type":"x","cell":"","args":{}}') == "h7"
+assert _link._host_request_id(b'{"event":"done","id":"h7"}') is None
 print("ok")
 `
 
@@ -182,13 +194,17 @@ for bad in faults:
     raise AssertionError("decoded %r" % bad[:80])
 
 good = b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":2.5}}\n'
-assert decode_attach(good) == ("k", "t", 4, 2.5)
+assert decode_attach(good) == ("k", "t", 4, 2.5, "")
+named = b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":2.5,"controller":"c9"}}\n'
+assert decode_attach(named) == ("k", "t", 4, 2.5, "c9")
 for bad in [b"x", b'{"attach":1}', b'{"attach":{"kernel":"k","token":"t","ack":4}}',
             b'{"attach":{"kernel":"k","token":"t","ack":-4,"grace":1}}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":-1}}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":true}}',
             b'{"attach":{"kernel":"k","token":1,"ack":4,"grace":1}}',
-            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1},"x":1}']:
+            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1},"x":1}',
+            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"controller":7}}',
+            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"controller":"' + b"c" * 129 + b'"}}']:
     try:
         decode_attach(bad)
     except Fault:

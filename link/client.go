@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,8 @@ type Options struct {
 // whole: the kernel keeps what a reader has not taken yet, so a controller that ends
 // meanwhile loses none of it (Applied is what a later one resumes after).
 type Client struct {
-	opts Options
+	opts     Options
+	instance string // Attach.Controller: this Client's own, random
 
 	mu      sync.Mutex
 	cond    *sync.Cond // room in out, the end
@@ -119,7 +121,7 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Backoff = opts.Backoff.resolved()
-	c := &Client{opts: opts, out: NewOutbox(ControllerMaxFrames, ControllerMaxBytes), kick: make(chan struct{}, 1), ended: make(chan struct{})}
+	c := &Client{opts: opts, instance: rand.Text(), out: NewOutbox(ControllerMaxFrames, ControllerMaxBytes), kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	c.rcond = sync.NewCond(&c.mu)
 	c.room = sync.NewCond(&c.mu)
@@ -403,7 +405,7 @@ func (c *Client) handshake(ctx context.Context) (wire, error) {
 	c.mu.Lock()
 	ack := c.applied // frames received past it come again, and are dropped as replays
 	c.mu.Unlock()
-	line := Attach{Kernel: c.opts.Kernel, Token: c.opts.Token, Ack: ack, Grace: GraceSeconds(c.opts.Grace)}.MarshalLine()
+	line := Attach{Kernel: c.opts.Kernel, Token: c.opts.Token, Ack: ack, Grace: GraceSeconds(c.opts.Grace), Controller: c.instance}.MarshalLine()
 	if _, err := conn.Write(line); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("write attach: %w", err)

@@ -39,6 +39,10 @@ type Attach struct {
 	Ack uint64 `json:"ack"`
 	// Grace is how long the kernel may stay unattached, in seconds.
 	Grace float64 `json:"grace"`
+	// Controller names the controller instance (one per Client; at most 128 bytes). When
+	// another instance attaches, the kernel answers the host requests it sent and the
+	// earlier one never answered with code unknown, and never sends them again.
+	Controller string `json:"controller,omitempty"`
 }
 
 // MarshalLine encodes a as {"attach":{...}} and a newline.
@@ -109,7 +113,7 @@ func DecodeAttach(line []byte) (Attach, error) {
 		return Attach{}, fmt.Errorf("%w: not an attach", errdefs.ErrInvalidArgument)
 	}
 	a := *v.Attach
-	if a.Ack > maxSeq || a.Grace < 0 || math.IsNaN(a.Grace) || a.Grace > 1e9 {
+	if a.Ack > maxSeq || a.Grace < 0 || math.IsNaN(a.Grace) || a.Grace > 1e9 || len(a.Controller) > 128 {
 		return Attach{}, fmt.Errorf("%w: attach out of range", errdefs.ErrInvalidArgument)
 	}
 	return a, nil

@@ -43,6 +43,7 @@ var cases = []testCase{
 	{"CutAndReattach", testCutAndReattach},
 	{"DetachAndReattach", testDetachAndReattach},
 	{"HostCallAcrossACut", testHostCallAcrossACut},
+	{"HostCallOfAReplacedController", testHostCallOfAReplacedController},
 }
 
 func testHello(t *testing.T, s *suite) {
@@ -226,6 +227,65 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 			stop(t, k3, s.cfg.timeout)
 		}
 		t.Fatalf("reattach to a killed kernel: %v, want errdefs.ErrNotFound", err)
+	}
+}
+
+// A host call the controller took and never answered before it was replaced (a
+// restarted controller reattaching from the record) fails in its cell with code unknown
+// at the new controller's attach, and never reaches the new controller: it runs at most
+// once. Only for transports whose kernels are Detached.
+func testHostCallOfAReplacedController(t *testing.T, s *suite) {
+	tr := s.newTransport(t)
+	if !tr.Capabilities().Detached {
+		t.Skip("kernels not detached: no controller to replace")
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	dk, ok := ss.k.(transports.Detachable)
+	if !ok {
+		t.Fatalf("a detached kernel (%T) is not transports.Detachable", ss.k)
+	}
+	id, err := ss.c.Send("import kennel\ntry:\n    kennel.host_request('echo', n=7)\nexcept kennel.HostError as e:\n    print('code', e.code)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := ss.c.Next()
+		if err != nil {
+			t.Fatalf("waiting for the host call: %v", err)
+		}
+		if f.Event() == "host_request" {
+			break
+		}
+	}
+	if err := dk.Detach(); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	again, ok := s.newTransport(t).(transports.Reattacher)
+	if !ok {
+		t.Fatalf("transport %q is Detached but not a transports.Reattacher", tr.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	k2, err := again.Reattach(ctx, dk.Record())
+	if err != nil {
+		t.Fatalf("reattach: %v", err)
+	}
+	c2 := NewClient(k2)
+	c2.Timeout = s.cfg.timeout
+	c2.seq = ss.c.seq
+	t.Cleanup(func() {
+		stop(t, k2, s.cfg.timeout)
+		_ = c2.End(s.cfg.timeout)
+	})
+	(&session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}).hello(t, s.bundle)
+	out := outputUntilDone(t, c2, id, "after the new controller's attach", func(f Frame) {
+		if f.Event() == "host_request" {
+			t.Errorf("the new controller got the request the earlier one took: %s", f.Raw)
+		}
+	})
+	if out != "code unknown\n" {
+		t.Fatalf("the cell's output %q, want its host call failed with code unknown", out)
 	}
 }
 

@@ -34,7 +34,7 @@ class HostError(Exception):
     """The host answered a request with an error.
 
     ``code`` is the stable class of the error (``not_found``, ``outside``, ``read_only``,
-    ``invalid``, ``too_large``, ``unserved``, ``closed``, ...); ``message`` is for people
+    ``invalid``, ``too_large``, ``unserved``, ``closed``, ``unknown``, ...); ``message`` is for people
     and never to be matched. ``reason`` and ``version`` are set for path refusals.
     """
 

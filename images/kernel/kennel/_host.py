@@ -4,7 +4,9 @@ A request is registered under a fresh id, written as a ``host_request`` frame, a
 caller waits on a lock the reply releases. A reply with status ``duplicate`` answers a
 reused id (the gate's refusal), so it never settles the request in flight with that id:
 it is dropped and logged. When the kernel shuts down every pending request fails with
-HostError code ``closed``.
+HostError code ``closed``. When a controller other than the one that took them attaches,
+every pending request fails with code ``unknown`` (abandon): the earlier controller may have
+run it, and nothing runs it again.
 """
 
 import itertools
@@ -121,6 +123,19 @@ class Requests:
         for _, waiter in pending:
             waiter.settle("closed", {"error": {"code": "closed", "message": "the kernel is shutting down"}})
         self._kernel.wake_main()
+
+    def abandon(self, code, message):
+        """Fail every pending request with ``code`` and ``message`` (new ones are still
+        taken); return the ids settled. The link does this when another controller
+        attaches: the one that took these requests is gone and never answers them."""
+        with self._lock:
+            pending = list(self._pending.items())
+            self._pending.clear()
+        for _, waiter in pending:
+            waiter.settle("error", {"error": {"code": code, "message": message}})
+        if pending:
+            self._kernel.wake_main()
+        return [request_id for request_id, _ in pending]
 
     def waiting(self):
         """The number of requests waiting for a reply."""

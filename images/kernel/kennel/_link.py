@@ -215,6 +215,15 @@ class Outbox:
             seq += 1
         return out, seq
 
+    def withdraw(self, match):
+        """Remove every waiting frame ``match(frame)`` is true for: it is never sent (its
+        seq stays a gap, as a dropped frame's; not counted in ``dropped``). Returns how
+        many went."""
+        seqs = [seq for seq, (frame, _) in self._frames.items() if match(frame)]
+        for seq in seqs:
+            self._remove(seq)
+        return len(seqs)
+
     def take_dropped(self):
         """Return how many frames were dropped since the last call, and reset the count."""
         n = self.dropped
@@ -235,6 +244,20 @@ class Inbox:
             return False
         self.last = seq
         return True
+
+
+_HOST_REQUEST = b'{"event":"host_request","id":'
+
+
+def _host_request_id(frame):
+    """The id of a ``host_request`` frame (bytes as the stub encodes them), else None."""
+    if not frame.startswith(_HOST_REQUEST):
+        return None
+    try:
+        value = json.loads(frame)
+    except ValueError:
+        return None
+    return value.get("id") if isinstance(value, dict) else None
 
 
 # Envelopes.
@@ -407,7 +430,8 @@ def _any_value(line):
 
 
 def decode_attach(line):
-    """Read an attach line; return (kernel, token, ack, grace) or raise Fault."""
+    """Read an attach line; return (kernel, token, ack, grace, controller) or raise Fault.
+    ``controller`` names the controller instance ("" from one that names none)."""
     try:
         value = _strict.decode(line.decode("utf-8"))
     except (ValueError, RecursionError):
@@ -425,7 +449,10 @@ def decode_attach(line):
         raise Fault("attach ack is not an integer from 0")
     if type(grace) not in (int, float) or not 0 <= grace <= 1e9:
         raise Fault("attach grace is not a number of seconds")
-    return kernel, token, ack, float(grace)
+    controller = attach.get("controller", "")
+    if not isinstance(controller, str) or len(controller) > 128:
+        raise Fault("attach controller is not a name")
+    return kernel, token, ack, float(grace), controller
 
 
 # Start-up helpers (_boot calls them before any thread runs).
@@ -775,6 +802,7 @@ class Link:
         self.outbox = Outbox()
         self.inbox = Inbox()
         self.epoch = 0
+        self._controller = None  # the attached controller's instance name, once one attached
         self._conn = None
         self._detached_at = time.monotonic()
         self._grace = FIRST_GRACE
@@ -989,7 +1017,7 @@ class Link:
         if not line:
             return None
         try:
-            kernel_id, token, ack, grace = decode_attach(line)
+            kernel_id, token, ack, grace, controller = decode_attach(line)
         except Fault as exc:
             self._refuse(sock, str(exc))
             return None
@@ -1027,6 +1055,10 @@ class Link:
                 if ack > self.outbox.last:
                     self.log("attach ack %d is above the newest seq %d" % (ack, self.outbox.last))
                 self.outbox.ack(ack)
+                abandoned = ()
+                if self._controller is not None and controller != self._controller:
+                    abandoned = self._abandon_host_requests()
+                self._controller = controller
                 hello = self._hello
                 fields = (
                     ("protocol", 2),
@@ -1056,7 +1088,27 @@ class Link:
             "attach epoch %d (ack %d, grace %gs)%s"
             % (conn.epoch, ack, grace, " replaces epoch %d" % old.epoch if old is not None else "")
         )
+        if abandoned:
+            self.log(
+                "another controller attached: host requests %s answered unknown"
+                % ", ".join(abandoned[:20])
+            )
         return conn
+
+    def _abandon_host_requests(self):
+        """Under the lock, at the attach of another controller: the one before took the
+        pending host requests (or may have: a frame it received is not acknowledged yet)
+        and never answers them. Each fails in its cell with code ``unknown``, and its
+        frame still in the outbox is withdrawn, so it runs at most once, never again."""
+        ids = self._kernel.host.abandon(
+            "unknown",
+            "the controller that took this host request was replaced before it answered: "
+            "it may or may not have run, and it will not run again",
+        )
+        if ids:
+            wanted = set(ids)
+            self.outbox.withdraw(lambda frame: _host_request_id(frame) in wanted)
+        return ids
 
     def _poll(self, conn):
         """Under the lock: make conn's socket the one the kernel proper polls (None: no
