@@ -10,8 +10,18 @@ import (
 // attachAs dials and attaches as controller instance name (attach's "controller").
 func (k *detached) attachAs(ack uint64, grace float64, name string) (*lconn, map[string]any) {
 	k.t.Helper()
+	return k.attachWith(ack, grace, map[string]any{"controller": name})
+}
+
+// attachWith dials and attaches with extra attach fields.
+func (k *detached) attachWith(ack uint64, grace float64, extra map[string]any) (*lconn, map[string]any) {
+	k.t.Helper()
 	c := k.dial()
-	b, _ := json.Marshal(map[string]any{"attach": map[string]any{"kernel": k.id, "token": k.token, "ack": ack, "grace": grace, "controller": name}})
+	a := map[string]any{"kernel": k.id, "token": k.token, "ack": ack, "grace": grace}
+	for key, v := range extra {
+		a[key] = v
+	}
+	b, _ := json.Marshal(map[string]any{"attach": a})
 	c.write(string(b) + "\n")
 	line, err := c.line()
 	if err != nil {

@@ -194,9 +194,9 @@ for bad in faults:
     raise AssertionError("decoded %r" % bad[:80])
 
 good = b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":2.5}}\n'
-assert decode_attach(good) == ("k", "t", 4, 2.5, "")
-named = b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":2.5,"controller":"c9"}}\n'
-assert decode_attach(named) == ("k", "t", 4, 2.5, "c9")
+assert decode_attach(good) == ("k", "t", 4, 2.5, "", 0.0)
+named = b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":2.5,"controller":"c9","heartbeat":10}}\n'
+assert decode_attach(named) == ("k", "t", 4, 2.5, "c9", 10.0)
 for bad in [b"x", b'{"attach":1}', b'{"attach":{"kernel":"k","token":"t","ack":4}}',
             b'{"attach":{"kernel":"k","token":"t","ack":-4,"grace":1}}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":-1}}',
@@ -204,6 +204,8 @@ for bad in [b"x", b'{"attach":1}', b'{"attach":{"kernel":"k","token":"t","ack":4
             b'{"attach":{"kernel":"k","token":1,"ack":4,"grace":1}}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1},"x":1}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"controller":7}}',
+            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"heartbeat":-1}}',
+            b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"heartbeat":"1"}}',
             b'{"attach":{"kernel":"k","token":"t","ack":4,"grace":1,"controller":"' + b"c" * 129 + b'"}}']:
     try:
         decode_attach(bad)

@@ -37,6 +37,11 @@ type Options struct {
 	OnFrame func(frame []byte)
 	// Logger receives drops and reattaches (default: discard).
 	Logger *slog.Logger
+	// Heartbeat is how often the controller writes when it has nothing else to write (a
+	// bare ack), sent in every attach: a kernel that hears nothing for three of them takes
+	// the connection for dead (a partitioned host), drops it and starts its grace. Zero
+	// is DefaultHeartbeat; negative sends none and asks the kernel for no such check.
+	Heartbeat time.Duration
 	// Applied is the highest kernel seq an earlier controller applied (from its record,
 	// transports.Record.Applied): the first attach acknowledges it, and frames up to it
 	// are never delivered again. Zero (nothing known) has the kernel resend every frame
@@ -98,11 +103,13 @@ type Client struct {
 // socket (it also sends the resend after each hello). One write at a time (busy), so
 // bytes go out in the order they were collected.
 type connWriter struct {
-	wire wire
-	sent uint64 // the outbox has been collected up to this seq
-	busy bool   // a write is under way, outside the lock
-	tail []byte // collected bytes not written yet
-	buf  []byte // reused for collecting, while no tail refers to it
+	wire  wire
+	sent  uint64 // the outbox has been collected up to this seq
+	busy  bool   // a write is under way, outside the lock
+	wrote bool   // something was collected since the last heartbeat tick
+	beat  bool   // a heartbeat is due: a bare ack even with nothing new to acknowledge
+	tail  []byte // collected bytes not written yet
+	buf   []byte // reused for collecting, while no tail refers to it
 }
 
 // Open dials the kernel, makes the first handshake (with the reattach backoff) and
@@ -113,6 +120,9 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 	}
 	if opts.AckDelay <= 0 {
 		opts.AckDelay = 100 * time.Millisecond
+	}
+	if opts.Heartbeat == 0 {
+		opts.Heartbeat = DefaultHeartbeat
 	}
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
@@ -276,7 +286,7 @@ func (c *Client) sendNowLocked() {
 // dueLocked reports whether w has bytes to write: a tail, outbox frames past w.sent or
 // an ack the timer asked for.
 func (c *Client) dueLocked(w *connWriter) bool {
-	return w.tail != nil || c.out.Next()-1 > w.sent || (c.ackFire && c.applied > c.ackSent)
+	return w.tail != nil || c.out.Next()-1 > w.sent || (c.ackFire && c.applied > c.ackSent) || w.beat
 }
 
 // collectLocked returns the bytes due on w, moving its cursors past them: its tail, or
@@ -290,12 +300,14 @@ func (c *Client) collectLocked(w *connWriter) []byte {
 	}
 	pending := c.out.After(w.sent)
 	ack := c.applied
-	bare := len(pending) == 0 && c.ackFire && ack > c.ackSent
+	bare := len(pending) == 0 && (c.ackFire && ack > c.ackSent || w.beat)
 	if len(pending) == 0 && !bare {
 		return nil
 	}
 	c.ackSent = ack
 	c.ackFire = false
+	w.beat = false
+	w.wrote = true
 	buf := w.buf[:0]
 	for _, e := range pending {
 		buf = Envelope{Seq: e.Seq, Ack: ack, Frame: e.Frame}.Append(buf)
@@ -405,7 +417,7 @@ func (c *Client) handshake(ctx context.Context) (wire, error) {
 	c.mu.Lock()
 	ack := c.applied // frames received past it come again, and are dropped as replays
 	c.mu.Unlock()
-	line := Attach{Kernel: c.opts.Kernel, Token: c.opts.Token, Ack: ack, Grace: GraceSeconds(c.opts.Grace), Controller: c.instance}.MarshalLine()
+	line := Attach{Kernel: c.opts.Kernel, Token: c.opts.Token, Ack: ack, Grace: GraceSeconds(c.opts.Grace), Controller: c.instance, Heartbeat: max(0, c.opts.Heartbeat.Seconds())}.MarshalLine()
 	if _, err := conn.Write(line); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("write attach: %w", err)
@@ -499,6 +511,12 @@ func (c *Client) serve(wr wire) error {
 // TryWrite takes nothing), waiting on the socket as long as it takes, until the
 // connection fails.
 func (c *Client) writeLoop(w *connWriter, cdone <-chan struct{}) error {
+	var beats <-chan time.Time
+	if c.opts.Heartbeat > 0 {
+		tick := time.NewTicker(c.opts.Heartbeat)
+		defer tick.Stop()
+		beats = tick.C
+	}
 	for {
 		c.mu.Lock()
 		if c.err != nil {
@@ -525,6 +543,13 @@ func (c *Client) writeLoop(w *connWriter, cdone <-chan struct{}) error {
 		}
 		select {
 		case <-c.kick:
+		case <-beats:
+			c.mu.Lock()
+			if !w.wrote {
+				w.beat = true // nothing went out for a whole tick
+			}
+			w.wrote = false
+			c.mu.Unlock()
 		case <-cdone:
 			return net.ErrClosed
 		case <-c.ctx.Done():

@@ -43,7 +43,15 @@ type Attach struct {
 	// another instance attaches, the kernel answers the host requests it sent and the
 	// earlier one never answered with code unknown, and never sends them again.
 	Controller string `json:"controller,omitempty"`
+	// Heartbeat is how often, in seconds, the controller writes at least a bare ack; the
+	// kernel drops a connection it heard nothing on for three of them. Zero: no check.
+	Heartbeat float64 `json:"heartbeat,omitempty"`
 }
+
+// DefaultHeartbeat is Options.Heartbeat's default: a partitioned connection is taken for
+// dead after half a minute of silence, while a controller stalled for a few seconds (a
+// GC pause, a busy machine) never is.
+const DefaultHeartbeat = 10 * time.Second
 
 // MarshalLine encodes a as {"attach":{...}} and a newline.
 func (a Attach) MarshalLine() []byte {
@@ -113,7 +121,8 @@ func DecodeAttach(line []byte) (Attach, error) {
 		return Attach{}, fmt.Errorf("%w: not an attach", errdefs.ErrInvalidArgument)
 	}
 	a := *v.Attach
-	if a.Ack > maxSeq || a.Grace < 0 || math.IsNaN(a.Grace) || a.Grace > 1e9 || len(a.Controller) > 128 {
+	if a.Ack > maxSeq || a.Grace < 0 || math.IsNaN(a.Grace) || a.Grace > 1e9 || len(a.Controller) > 128 ||
+		a.Heartbeat < 0 || math.IsNaN(a.Heartbeat) || a.Heartbeat > 1e6 {
 		return Attach{}, fmt.Errorf("%w: attach out of range", errdefs.ErrInvalidArgument)
 	}
 	return a, nil

@@ -35,6 +35,8 @@ type Kernel struct {
 	kick    chan struct{}
 	applied [][]byte
 	refused int
+	attach  link.Attach // the last accepted attach
+	lines   int         // envelope lines read, bare acks included
 	wg      sync.WaitGroup
 }
 
@@ -52,6 +54,20 @@ func Start(t testing.TB, dir, id, token string) *Kernel {
 	go k.accept()
 	t.Cleanup(k.Close)
 	return k
+}
+
+// Attach is the last attach the kernel accepted.
+func (k *Kernel) Attach() link.Attach {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.attach
+}
+
+// Lines is how many envelope lines (bare acks included) the kernel has read.
+func (k *Kernel) Lines() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lines
 }
 
 // Socket is the path the kernel listens on.
@@ -150,6 +166,7 @@ func (k *Kernel) serve(c net.Conn) {
 	}
 	k.epoch++
 	k.conn = c
+	k.attach = a
 	kick := make(chan struct{}, 1)
 	k.kick = kick
 	k.out.Ack(a.Ack)
@@ -183,6 +200,7 @@ func (k *Kernel) read(br *bufio.Reader, kick chan struct{}) {
 			return // a protocol fault: drop the connection
 		}
 		k.mu.Lock()
+		k.lines++
 		k.out.Ack(e.Ack)
 		if !e.Bare() && k.in.Accept(e.Seq) {
 			k.applied = append(k.applied, append([]byte(nil), e.Frame...))

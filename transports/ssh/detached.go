@@ -77,7 +77,7 @@ func (t *Transport) newDetached(target Target, python string, rec transports.Rec
 func (k *detachedKernel) open(ctx context.Context) error {
 	t, target, python, runID := k.t, k.target, k.python, k.runID
 	client, err := link.Open(ctx, link.Options{
-		Kernel: k.rec.Kernel, Token: k.rec.Token, Grace: t.kernelGrace(), Applied: k.rec.Applied,
+		Kernel: k.rec.Kernel, Token: k.rec.Token, Grace: t.kernelGrace(), Applied: k.rec.Applied, Heartbeat: t.opts.Heartbeat,
 		Dial: k.dialer(path.Join(k.rec.RunDir, "kernel.sock")),
 	})
 	if err != nil {

@@ -123,3 +123,65 @@ func TestKillingAKernelOnAHostOutOfReachSaysItsGraceEndsIt(t *testing.T) {
 		}
 	}
 }
+
+// TestAKernelPartitionedPastItsGraceEndsThere: the host is cut off and never comes
+// back while the controller waits. The remote kernel, hearing no heartbeat for three of
+// them, takes its connection for dead, starts its grace and ends there: a controller
+// that is gone for good leaves no kernel and no process of its group on the host.
+func TestAKernelPartitionedPastItsGraceEndsThere(t *testing.T) {
+	srv := sshtest.StartPartitionable(t)
+	hosts, err := ssh.NewHosts(ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none", KeepAlive: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hosts.Close() })
+	tr := ssh.New(hosts, ssh.Options{Target: sshtest.Alias, Detached: true, KernelGrace: 2 * time.Second, Heartbeat: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "partitioned", Dir: srv.Home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := transporttest.NewClient(k)
+	hello, err := c.Hello()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := hello.Fields["pid"].(float64)
+	if pid <= 1 {
+		t.Fatalf("hello names pid %v", hello.Fields["pid"])
+	}
+	// A job the kernel started is in a group of its own: it must go too.
+	if _, err := c.Run("import subprocess\np = subprocess.Popen(['sleep', '1000'])\nprint(p.pid)"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Cut(t)
+	restored := false
+	defer func() {
+		if !restored {
+			srv.Restore(t)
+		}
+	}()
+	start := time.Now()
+	for testproc.Kill(int(pid), 0) == nil {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the remote kernel %d still runs 30 s into the partition (heartbeat 0.3 s, grace 2 s)", int(pid))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the partitioned kernel ended %v into the partition", time.Since(start).Round(100*time.Millisecond))
+	for testproc.KillGroup(int(pid), 0) == nil {
+		if time.Since(start) > 35*time.Second {
+			t.Fatalf("the kernel's process group %d outlived it", int(pid))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Healed, the controller's Kill finds nothing left to end.
+	srv.Restore(t)
+	restored = true
+	kctx, kcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer kcancel()
+	if err := k.Kill(kctx); err != nil {
+		t.Logf("kill after the heal: %v", err)
+	}
+}

@@ -63,6 +63,12 @@ type Options struct {
 	// KernelGrace is how long a detached kernel lives with nothing attached (zero:
 	// DefaultKernelGrace).
 	KernelGrace time.Duration
+	// Heartbeat is how often the controller writes on an idle link (zero:
+	// link.DefaultHeartbeat): a kernel that hears nothing for three of them (its host
+	// partitioned from the controller, the connection dead without an end) drops the
+	// connection and starts its grace, so a controller that never comes back leaves
+	// nothing running there.
+	Heartbeat time.Duration
 }
 
 // Transport starts kernels on one remote host over the Hosts' shared connection. It is

@@ -430,8 +430,9 @@ def _any_value(line):
 
 
 def decode_attach(line):
-    """Read an attach line; return (kernel, token, ack, grace, controller) or raise Fault.
-    ``controller`` names the controller instance ("" from one that names none)."""
+    """Read an attach line; return (kernel, token, ack, grace, controller, heartbeat) or
+    raise Fault. ``controller`` names the controller instance ("" from one that names
+    none); ``heartbeat`` is how often, in seconds, it writes (0: it promises nothing)."""
     try:
         value = _strict.decode(line.decode("utf-8"))
     except (ValueError, RecursionError):
@@ -452,7 +453,10 @@ def decode_attach(line):
     controller = attach.get("controller", "")
     if not isinstance(controller, str) or len(controller) > 128:
         raise Fault("attach controller is not a name")
-    return kernel, token, ack, float(grace), controller
+    heartbeat = attach.get("heartbeat", 0)
+    if type(heartbeat) not in (int, float) or not 0 <= heartbeat <= 1e6:
+        raise Fault("attach heartbeat is not a number of seconds")
+    return kernel, token, ack, float(grace), controller, float(heartbeat)
 
 
 # Start-up helpers (_boot calls them before any thread runs).
@@ -554,9 +558,10 @@ class _Conn:
     __slots__ = (
         "sock", "fd", "epoch", "grace", "closed", "open", "preamble", "sent", "written",
         "ack_sent", "reack", "lock", "busy", "tail", "tail_upto", "inbuf", "inscan",
+        "heartbeat", "heard",
     )
 
-    def __init__(self, sock, epoch, grace, ack):
+    def __init__(self, sock, epoch, grace, ack, heartbeat=0.0):
         self.sock = sock
         self.fd = sock.fileno()
         self.epoch = epoch
@@ -574,6 +579,8 @@ class _Conn:
         self.tail_upto = 0  # ... and the seq written once they are
         self.inbuf = bytearray()  # a line read in part
         self.inscan = 0  # inbuf has no newline before this
+        self.heartbeat = heartbeat  # the controller writes at least this often (0: unknown)
+        self.heard = time.monotonic()  # when the kernel last read bytes from it
 
     def shutdown(self):
         with self.lock:
@@ -716,6 +723,7 @@ class Source:
             if not n:
                 why = "end of stream"
                 break
+            conn.heard = time.monotonic()
             buf = conn.inbuf
             if not buf and self._chunk.find(b"\n", 0, n) == n - 1:
                 why = self._one(conn, bytes(view[:n]))  # the common case: one whole line
@@ -1017,7 +1025,7 @@ class Link:
         if not line:
             return None
         try:
-            kernel_id, token, ack, grace, controller = decode_attach(line)
+            kernel_id, token, ack, grace, controller, heartbeat = decode_attach(line)
         except Fault as exc:
             self._refuse(sock, str(exc))
             return None
@@ -1039,7 +1047,7 @@ class Link:
                 refuse = False
                 self.epoch += 1
                 old = self._conn
-                conn = _Conn(sock, self.epoch, grace, ack)
+                conn = _Conn(sock, self.epoch, grace, ack, heartbeat)
                 conn.ack_sent = self.inbox.last  # the hello carries it
                 rest = lines.rest()
                 if rest:
@@ -1169,6 +1177,7 @@ class Link:
                 return
             if self._ending:
                 continue  # an end is under way: only the run directory is watched
+            self._check_heard()
             with self._cond:
                 idle_for = time.monotonic() - self._detached_at
                 expired = self._conn is None and idle_for >= self._grace
@@ -1180,6 +1189,32 @@ class Link:
                 self._ending = True
             self.log("unattached for %.1fs (grace %gs), no cell or job live: ending" % (idle_for, self._grace))
             life.begin("unattached past the grace")  # returns only if an end was under way
+
+    def _check_heard(self):
+        """Drop the attached connection when its controller promised a heartbeat and
+        nothing came for three of them while nothing waits unread on the socket (a
+        kernel proper busy in one long call has read nothing, and is not a dead
+        connection): a partitioned controller's connection never ends by itself, and the
+        grace must start."""
+        conn = self._conn
+        if conn is None or conn.heartbeat <= 0:
+            return
+        silent = time.monotonic() - conn.heard
+        if silent < 3 * conn.heartbeat:
+            return
+        with conn.lock:
+            if not conn.open:
+                return
+            try:
+                readable = bool(select.select([conn.fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                readable = False
+        if readable:
+            return
+        self._drop(
+            conn,
+            "nothing heard for %.1fs (heartbeat %gs): taken for a dead connection" % (silent, conn.heartbeat),
+        )
 
     def finish(self, timeout):
         """At exit (the kernel proper's writer sealed): wait up to ``timeout`` seconds for
