@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/controller/gate"
+	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/protocol"
 	"github.com/kennel-dev/kennel/transports"
 	"golang.org/x/sync/semaphore"
@@ -228,7 +229,13 @@ func (kc *kernelConn) read() {
 		kc.s.log.Warn("the kernel is out of reach; reaching for it again in the background", "err", err)
 		kc.fail(fmt.Errorf("%w: %w", ErrKernelUnreachable, err))
 		kc.stdin.stop(kc.endErr())
-		kc.s.outOfReach(dk.Record())
+		since := time.Now()
+		if l, ok := kc.k.(interface{ Link() *link.Client }); ok {
+			if t := l.Link().DroppedAt(); !t.IsZero() {
+				since = t // the kernel's grace began no later than this
+			}
+		}
+		kc.s.outOfReach(dk.Record(), since)
 		return
 	}
 	var fault *gate.ProtocolFault

@@ -301,16 +301,16 @@ func (s *Session) takeLost() string {
 }
 
 // outOfReach makes the kernel of rec, whose link is out of reach, the one to resume:
-// retried in the background for ResumeFor from now, and no fresh kernel started
-// meanwhile.
-func (s *Session) outOfReach(rec transports.Record) {
+// retried in the background for ResumeFor from since (when its connection was lost), and
+// no fresh kernel started meanwhile.
+func (s *Session) outOfReach(rec transports.Record, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.resume != nil {
 		return
 	}
 	s.resume = &rec
-	s.resumeBy = time.Now().Add(resumeFor(s.opts.ResumeFor, rec))
+	s.resumeBy = since.Add(resumeFor(s.opts.ResumeFor, rec))
 	if s.attaching.CompareAndSwap(false, true) {
 		go s.startInBackground()
 	}

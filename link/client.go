@@ -62,7 +62,8 @@ type Options struct {
 // meanwhile loses none of it (Applied is what a later one resumes after).
 type Client struct {
 	opts     Options
-	instance string // Attach.Controller: this Client's own, random
+	instance string    // Attach.Controller: this Client's own, random
+	dropped  time.Time // DroppedAt, under mu
 
 	mu      sync.Mutex
 	cond    *sync.Cond // room in out, the end
@@ -360,19 +361,39 @@ func (c *Client) run(wr wire) {
 		if c.ctx.Err() != nil {
 			return
 		}
+		c.mu.Lock()
+		c.dropped = time.Now()
+		c.mu.Unlock()
 		c.opts.Logger.Info("kernel link dropped; reattaching", "kernel", c.opts.Kernel, "err", err)
 		if wr, err = c.connect(c.ctx, false); err != nil {
 			c.finish(err)
 			return
 		}
+		c.mu.Lock()
+		c.dropped = time.Time{}
+		c.mu.Unlock()
 	}
+}
+
+// DroppedAt is when the link lost its connection and began reattaching: zero while a
+// connection is up, and kept once reattaching ran out of tries (ErrUnreachable). A
+// kernel out of reach since then was last heard from no later: with no connection its
+// grace runs out at most a grace (and its three heartbeats) after it.
+func (c *Client) DroppedAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
 }
 
 // connect dials and handshakes, with backoff; first makes the first try at once.
 func (c *Client) connect(ctx context.Context, first bool) (wire, error) {
 	b := c.opts.Backoff
+	began := time.Now()
 	var last error
 	for i := 0; i < b.Tries; i++ {
+		if i > 0 && time.Since(began) >= b.Within {
+			return nil, fmt.Errorf("%w: %d tries in %v: %w", ErrUnreachable, i, time.Since(began).Round(time.Millisecond), last)
+		}
 		if i > 0 || !first {
 			select {
 			case <-time.After(b.delay(i)):

@@ -62,6 +62,12 @@ func dialThroughDir(ctx context.Context, d *net.Dialer, path string) (net.Conn, 
 type Backoff struct {
 	First, Max time.Duration
 	Tries      int
+	// Within bounds the time a reattach keeps trying, from the drop: past it the link
+	// gives up (ErrUnreachable) even with tries left. Zero means the sum of the Tries
+	// delays (about 75 s with the protocol's backoff): the protocol's 40 tries assume an
+	// attempt that fails at once, while one to a partitioned host waits for its connect
+	// timeout, and 40 of those would keep a session waiting for minutes.
+	Within time.Duration
 }
 
 func (b Backoff) resolved() Backoff {
@@ -73,6 +79,11 @@ func (b Backoff) resolved() Backoff {
 	}
 	if b.Tries <= 0 {
 		b.Tries = 40
+	}
+	if b.Within <= 0 {
+		for i := range b.Tries {
+			b.Within += b.delay(i)
+		}
 	}
 	return b
 }

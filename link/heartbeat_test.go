@@ -2,6 +2,8 @@ package link_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -56,4 +58,26 @@ func TestAnIdleLinkBeatsAndNamesItsController(t *testing.T) {
 	if n := k.Lines() - before; n != 0 {
 		t.Errorf("%d lines from an idle link without a heartbeat", n)
 	}
+}
+
+// TestTryingGivesUpWithinItsBound: attempts that each wait (a partitioned host's connect
+// timeout) stop once Backoff.Within has passed, with tries left: the link reports
+// ErrUnreachable after about that long, not after all its tries.
+func TestTryingGivesUpWithinItsBound(t *testing.T) {
+	tries := 0
+	slow := func(ctx context.Context) (net.Conn, error) {
+		tries++
+		time.Sleep(100 * time.Millisecond)
+		return nil, errors.New("connect: timed out")
+	}
+	start := time.Now()
+	_, err := link.Open(context.Background(), link.Options{Kernel: "k1", Token: token, Dial: slow,
+		Backoff: link.Backoff{First: time.Millisecond, Max: time.Millisecond, Tries: 1000, Within: 500 * time.Millisecond}})
+	if !errors.Is(err, link.ErrUnreachable) {
+		t.Fatalf("open: %v, want ErrUnreachable", err)
+	}
+	if took := time.Since(start); tries >= 1000 || took > 5*time.Second {
+		t.Fatalf("%d tries in %v: want it to stop about 0.5 s in", tries, took)
+	}
+	t.Logf("%d tries in %v: %v", tries, time.Since(start).Round(time.Millisecond), err)
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,7 +224,17 @@ func StartWith(t testing.TB, opts Options) *Server {
 	// unshare and sh exec: the process started is the listening sshd itself.
 	s.SSHDPID = cmd.Process.Pid
 	t.Cleanup(func() {
+		// sshd's children first: a connection a partition killed keeps its sshd session
+		// process (no ClientAliveInterval here), which holds sshd's log pipes.
+		if all, err := procfs.All(); err == nil {
+			for _, p := range all {
+				if p.PPID == cmd.Process.Pid {
+					_ = syscall.Kill(p.PID, syscall.SIGKILL)
+				}
+			}
+		}
 		_ = cmd.Process.Kill()
+		cmd.WaitDelay = 5 * time.Second
 		_ = cmd.Wait()
 		if t.Failed() {
 			t.Logf("sshd log:\n%s", logBuf.tail(16<<10))
