@@ -193,24 +193,8 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 	if rec.Transport != tr.Name() || rec.Kernel == "" || rec.Token == "" || rec.RunDir == "" {
 		t.Fatalf("record %+v: transport, kernel, token and run directory are required", rec)
 	}
-	again, ok := s.newTransport(t).(transports.Reattacher)
-	if !ok {
-		t.Fatalf("transport %q is Detached but not a transports.Reattacher", tr.Name())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel()
-	k2, err := again.Reattach(ctx, rec)
-	if err != nil {
-		t.Fatalf("reattach from %+v: %v", rec, err)
-	}
-	c2 := NewClient(k2)
-	c2.Timeout = s.cfg.timeout
-	c2.seq = ss.c.seq // a kernel keeps its newest cells' ids: a new controller's are new
-	ss2 := &session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}
-	t.Cleanup(func() {
-		stop(t, k2, s.cfg.timeout)
-		_ = c2.End(s.cfg.timeout)
-	})
+	ss2, again := s.reattach(t, ss, rec)
+	k2, c2 := ss2.k, ss2.c
 	ss2.hello(t, s.bundle)
 	out := outputUntilDone(t, c2, id, "after the reattach", nil)
 	if out != "late 42\n" {
@@ -261,25 +245,9 @@ func testHostCallOfAReplacedController(t *testing.T, s *suite) {
 	if err := dk.Detach(); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
-	again, ok := s.newTransport(t).(transports.Reattacher)
-	if !ok {
-		t.Fatalf("transport %q is Detached but not a transports.Reattacher", tr.Name())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel()
-	k2, err := again.Reattach(ctx, dk.Record())
-	if err != nil {
-		t.Fatalf("reattach: %v", err)
-	}
-	c2 := NewClient(k2)
-	c2.Timeout = s.cfg.timeout
-	c2.seq = ss.c.seq
-	t.Cleanup(func() {
-		stop(t, k2, s.cfg.timeout)
-		_ = c2.End(s.cfg.timeout)
-	})
-	(&session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}).hello(t, s.bundle)
-	out := outputUntilDone(t, c2, id, "after the new controller's attach", func(f Frame) {
+	ss2, _ := s.reattach(t, ss, dk.Record())
+	ss2.hello(t, s.bundle)
+	out := outputUntilDone(t, ss2.c, id, "after the new controller's attach", func(f Frame) {
 		if f.Event() == "host_request" {
 			t.Errorf("the new controller got the request the earlier one took: %s", f.Raw)
 		}
@@ -287,6 +255,31 @@ func testHostCallOfAReplacedController(t *testing.T, s *suite) {
 	if out != "code unknown\n" {
 		t.Fatalf("the cell's output %q, want its host call failed with code unknown", out)
 	}
+}
+
+// reattach reaches the kernel of rec again through a fresh Transport of the suite's (what
+// a restarted controller has), as a session whose client goes on after ss's cell ids;
+// the kernel is stopped at cleanup. It returns the session and the transport.
+func (s *suite) reattach(t *testing.T, ss *session, rec transports.Record) (*session, transports.Reattacher) {
+	t.Helper()
+	again, ok := s.newTransport(t).(transports.Reattacher)
+	if !ok {
+		t.Fatalf("transport %q is Detached but not a transports.Reattacher", ss.tr.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	k2, err := again.Reattach(ctx, rec)
+	if err != nil {
+		t.Fatalf("reattach from %+v: %v", rec, err)
+	}
+	c2 := NewClient(k2)
+	c2.Timeout = s.cfg.timeout
+	c2.seq = ss.c.seq // a kernel keeps its newest cells' ids: a new controller's are new
+	t.Cleanup(func() {
+		stop(t, k2, s.cfg.timeout)
+		_ = c2.End(s.cfg.timeout)
+	})
+	return &session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}, again
 }
 
 // outputUntilDone reads c's frames until the done of cell id and returns the stream text
