@@ -22,22 +22,8 @@ import (
 // a cell runs there, then restored: the cell's output arrives once, and the namespace is
 // kept (the same kernel, never replaced by a fresh one while it may run).
 func TestAPartitionedHostKeepsItsKernel(t *testing.T) {
-	srv := sshtest.StartPartitionable(t)
-	state := filepath.Join(shortDir(t), "state")
-	kit := launch.New(launch.Options{
-		RunDir: daemon.KernelRunDir(state),
-		Hosts:  ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none", KeepAlive: time.Second},
-	})
-	t.Cleanup(func() { _ = kit.Close() })
-	r := serve(t, daemon.Options{StateDir: state, Kit: kit})
+	srv, r, s := partitionedSession(t, ssh.Options{})
 	ctx := context.Background()
-	s, err := r.c.CreateSession(ctx, api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}, kclient.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = 1"}); err != nil {
-		t.Fatal(err)
-	}
 	before, _ := r.c.Session(ctx, s.ID)
 	budget := int64(120_000)
 	type result struct {
@@ -67,6 +53,30 @@ func TestAPartitionedHostKeepsItsKernel(t *testing.T) {
 	if *after.Kernel.PID != *before.Kernel.PID {
 		t.Fatalf("the kernel was replaced across the partition: pid %d, then %d", *before.Kernel.PID, *after.Kernel.PID)
 	}
+}
+
+// partitionedSession serves a daemon whose detached kernels run on a partitionable ssh
+// host (o: the ssh transport's options), with one session there that ran "x = 1".
+func partitionedSession(t *testing.T, o ssh.Options) (*sshtest.Server, *running, *api.Session) {
+	t.Helper()
+	srv := sshtest.StartPartitionable(t)
+	state := filepath.Join(shortDir(t), "state")
+	kit := launch.New(launch.Options{
+		RunDir: daemon.KernelRunDir(state),
+		Hosts:  ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none", KeepAlive: time.Second},
+		SSH:    o,
+	})
+	t.Cleanup(func() { _ = kit.Close() })
+	r := serve(t, daemon.Options{StateDir: state, Kit: kit})
+	ctx := context.Background()
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = 1"}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, r, s
 }
 
 // TestAHostWithoutSFTPRunsCellsAndSaysWhyFilesCannot: an ssh host whose sshd has no SFTP
@@ -102,23 +112,8 @@ func TestAHostWithoutSFTPRunsCellsAndSaysWhyFilesCannot(t *testing.T) {
 // network is back its next cell runs on a fresh kernel and says the namespace was lost.
 func TestAHostPartitionedPastTheGraceLosesTheKernelAndKeepsNothing(t *testing.T) {
 	t.Parallel() // about two and a half minutes of waiting, by the rules
-	srv := sshtest.StartPartitionable(t)
-	state := filepath.Join(shortDir(t), "state")
-	kit := launch.New(launch.Options{
-		RunDir: daemon.KernelRunDir(state),
-		Hosts:  ssh.HostsOptions{ConfigFile: srv.ConfigFile, KnownHosts: srv.KnownHosts, AgentSocket: "none", KeepAlive: time.Second},
-		SSH:    ssh.Options{KernelGrace: 2 * time.Second, Heartbeat: 300 * time.Millisecond},
-	})
-	t.Cleanup(func() { _ = kit.Close() })
-	r := serve(t, daemon.Options{StateDir: state, Kit: kit})
+	srv, r, s := partitionedSession(t, ssh.Options{KernelGrace: 2 * time.Second, Heartbeat: 300 * time.Millisecond})
 	ctx := context.Background()
-	s, err := r.c.CreateSession(ctx, api.CreateSession{Transport: &api.Transport{SSH: &api.SSH{Target: sshtest.Alias}}}, kclient.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = 1"}); err != nil {
-		t.Fatal(err)
-	}
 	before, err := r.c.Session(ctx, s.ID)
 	if err != nil || before.Kernel.PID == nil {
 		t.Fatalf("session %+v, %v", before, err)
