@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/kennel-dev/kennel/launch"
+	ctrd "github.com/kennel-dev/kennel/transports/containerd"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
+
 	"github.com/kennel-dev/kennel/api"
 	kclient "github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
@@ -291,5 +296,46 @@ func TestJobsAndTheirOutputAnswerAfterARestart(t *testing.T) {
 	}
 	if _, err := r.c.StopJob(ctx, s.ID, running.ID); err == nil {
 		t.Fatal("a job of an earlier daemon was stopped from here")
+	}
+}
+
+// TestARestartedDaemonResumesAContainerdKernel: a containerd session let go by a graceful
+// stop keeps its task (containerd's shim holds it); the next daemon reattaches from the
+// record across the container boundary with the namespace intact, and a --stop-kernels
+// shutdown then leaves no container, task or snapshot.
+func TestARestartedDaemonResumesAContainerdKernel(t *testing.T) {
+	d := containerdtest.Own(t)
+	state := filepath.Join(shortDir(t), "state")
+	kit := func() *launch.Kit {
+		k := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state)})
+		t.Cleanup(func() { _ = k.Close() })
+		return k
+	}
+	ctx := context.Background()
+	r := serveDetaching(t, daemon.Options{StateDir: state, Kit: kit()})
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: t.TempDir(), Transport: &api.Transport{Containerd: &api.Containerd{Address: d.Address}}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x = 'kept'"}); err != nil {
+		t.Fatal(err)
+	}
+	r.stop()
+	nctx := namespaces.WithNamespace(ctx, ctrd.Namespace)
+	if cs, err := d.Client.Containers(nctx); err != nil || len(cs) != 1 {
+		t.Fatalf("%d containers after the graceful stop (%v), want the kernel's running on", len(cs), err)
+	}
+	r = serveDetaching(t, daemon.Options{StateDir: state, StopKernels: true, Kit: kit()})
+	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "x"})
+	if err != nil || rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "'kept'" {
+		t.Fatalf("the resumed containerd session: %+v, %v", rep, err)
+	}
+	r.stop()
+	if cs, err := d.Client.Containers(nctx); err != nil || len(cs) != 0 {
+		for _, c := range cs {
+			l, _ := c.Labels(nctx)
+			t.Logf("left: %s %v", c.ID(), l)
+		}
+		t.Fatalf("%d containers after a --stop-kernels shutdown (%v); daemon log:\n%s", len(cs), err, r.logs.String())
 	}
 }

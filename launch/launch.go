@@ -49,9 +49,10 @@ type Options struct {
 	// Engine says which Docker Engine to use; the zero value is the one DOCKER_HOST names.
 	Engine docker.ConnectOptions
 	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"): they
-	// outlive the controller and are reached again from their records. Local and Docker
-	// run-mode kernels get their run directories under it (Local.RunDir, Docker.RunDir,
-	// unless those are set); ssh kernels run detached on their hosts (SSH.Detached). The
+	// outlive the controller and are reached again from their records. Local, Docker
+	// run-mode and containerd kernels get their run directories under it (Local.RunDir,
+	// Docker.RunDir, Containerd.RunDir, unless those are set); ssh kernels run detached on
+	// their hosts (SSH.Detached). The
 	// daemon sets it; `kennel run` leaves it empty (its kernel ends with the command).
 	RunDir string
 }
@@ -87,6 +88,9 @@ func New(opts Options) *Kit {
 		}
 		if opts.Docker.DetachedOwner == "" {
 			opts.Docker.DetachedOwner = DetachedOwner(opts.RunDir)
+		}
+		if opts.Containerd.RunDir == "" {
+			opts.Containerd.RunDir = opts.RunDir
 		}
 		opts.SSH.Detached = true
 	}

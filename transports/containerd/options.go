@@ -100,6 +100,17 @@ type Options struct {
 	// StopGrace is how long Kill waits after SIGTERM before SIGKILL. Zero means
 	// transports.Grace; negative means no wait.
 	StopGrace time.Duration
+
+	// RunDir, when set, makes kernels detached (docs/protocol.md, "Protocol 2"): each gets
+	// a run directory RunDir/<id> (0700, the kernel's uid:gid; the controller must be
+	// allowed to chown), bind-mounted at ContainerRunRoot/<id>, and the controller dials
+	// its kernel.sock across the container boundary. The task outlives the controller
+	// (containerd's shim holds it) for KernelGrace with nothing attached; a later
+	// controller reattaches from its record (Transport.Reattach).
+	RunDir string
+	// KernelGrace is how long a detached kernel lives with nothing attached. Zero means
+	// DefaultKernelGrace.
+	KernelGrace time.Duration
 }
 
 // DefaultFIFODir is where kernels' stdio FIFOs live when Options.FIFODir is empty:

@@ -21,12 +21,12 @@ import (
 // lock-down lives here.
 //
 // The process runs the image's entrypoint (or Spec.Python with the stub) in Spec.Dir, with
-// the image's environment under the transport's, as numeric uid:gid with no supplementary
+// the image's environment (the caller adds the transport's over it: oci.WithEnv), as numeric uid:gid with no supplementary
 // groups (read from nothing on the client), no capabilities in any set, no new privileges,
 // under the default seccomp profile; the root file system is read-only with a tmpfs at
 // /tmp; the path map's mounts are bind mounts (read-only where the mount is); memory,
 // memory+swap, CPU and pids are limited.
-func (t *Transport) specOpts(img image, env []string, spec transports.Spec, uid, gid uint32) []oci.SpecOpts {
+func (t *Transport) specOpts(img image, spec transports.Spec, uid, gid uint32) []oci.SpecOpts {
 	o := t.opts
 	args := append(append([]string(nil), img.config.Entrypoint...), img.config.Cmd...)
 	if spec.Python != "" {
@@ -52,7 +52,6 @@ func (t *Transport) specOpts(img image, env []string, spec transports.Spec, uid,
 			s.Process.Terminal = false
 			return nil
 		},
-		oci.WithEnv(env),
 		oci.WithProcessCwd(spec.Dir),
 		oci.WithUIDGID(uid, gid),
 		func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {

@@ -40,7 +40,8 @@ type SweepResult struct {
 }
 
 // Sweep removes, in Namespace, kennel's containers that no live controller owns, with
-// their tasks (killed) and snapshots; snapshots with no container and leases of such
+// their tasks (killed) and snapshots, and detached kernels' containers whose task no longer
+// runs (a running one is kept, whoever started it: it ends by its own grace); snapshots with no container and leases of such
 // owners. An owner is gone when it is Self and Keep does not keep the session, or a
 // controller of this host that is not running (docker.Controller.Alive: its pid is not
 // running with the recorded start time, or the host rebooted). So a controller killed with
@@ -78,7 +79,15 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 			}
 			continue
 		}
-		if !sweepable(labels, o) {
+		if labels[LabelDetached] == "1" {
+			// A detached kernel outlives its controller: it goes once its task has ended
+			// (its grace ran out, or it was killed), whoever started it.
+			if taskRuns(ctx, c) {
+				res.Kept++
+				live[c.ID()] = true
+				continue
+			}
+		} else if !sweepable(labels, o) {
 			res.Kept++
 			live[c.ID()] = true
 			continue
@@ -134,6 +143,23 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 		return res, fmt.Errorf("sweep: %w", err)
 	}
 	return res, nil
+}
+
+// taskRuns reports whether c's task runs (or may: an error other than not found counts as
+// running, so nothing live is removed on a doubt).
+func taskRuns(ctx context.Context, c client.Container) bool {
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return !errdefs.IsNotFound(err)
+	}
+	return st.Status == client.Running || st.Status == client.Created || st.Status == client.Pausing || st.Status == client.Paused
 }
 
 // sweepable is Sweep's verdict on one object's labels.

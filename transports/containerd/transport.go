@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/images"
@@ -73,9 +74,11 @@ func New(cli *client.Client, opts Options) (*Transport, error) {
 // Name returns "containerd".
 func (t *Transport) Name() string { return Name }
 
-// Capabilities reports none: a container has its own environment, pids and file system
-// (the path map's mounts are its bind mounts), and its kernel is attached (its stdin).
-func (t *Transport) Capabilities() transports.Capabilities { return transports.Capabilities{} }
+// Capabilities reports Detached with Options.RunDir, and nothing else: a container has its
+// own environment, pids and file system (the path map's mounts are its bind mounts).
+func (t *Transport) Capabilities() transports.Capabilities {
+	return transports.Capabilities{Detached: t.opts.RunDir != ""}
+}
 
 // Image returns the kernel image the kernels run.
 func (t *Transport) Image() (string, error) {
@@ -149,6 +152,18 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		return nil, err
 	}
 	labels := ownerLabels(t.opts.Controller, spec.SessionID)
+	var kid, token, runDir string
+	if t.opts.RunDir != "" {
+		if kid, token, runDir, err = t.detachedRun(uid, gid); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = os.RemoveAll(runDir)
+			}
+		}()
+		labels[LabelDetached] = "1"
+	}
 
 	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
 	var undo []func(context.Context)
@@ -174,12 +189,18 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		Stub:     images.KernelEnv(b),
 		EOFGrace: t.opts.EOFGrace,
 	}
+	sopts := t.specOpts(img, spec, uid, gid)
+	if runDir != "" {
+		env.Detached = insideRun(kid)
+		sopts = append(sopts, runMount(runDir, insideRun(kid)))
+	}
+	sopts = append(sopts, oci.WithEnv(env.Build(spec.Env)))
 	c, err := t.cli.NewContainer(lctx, id,
 		client.WithContainerLabels(labels),
 		client.WithSnapshotter(t.opts.Snapshotter),
 		client.WithNewSnapshot(id, img.img, snapshots.WithLabels(labels)),
 		client.WithRuntime(t.opts.shim()),
-		client.WithNewSpec(t.specOpts(img, env.Build(spec.Env), spec, uid, gid)...),
+		client.WithNewSpec(sopts...),
 	)
 	if err != nil {
 		// A snapshot prepared before the container record failed is removed too.
@@ -189,20 +210,14 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	undo = append(undo, func(ctx context.Context) { _ = c.Delete(ctx, client.WithSnapshotCleanup) })
 
 	dir := filepath.Join(t.opts.FIFODir, id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("fifo directory: %w", err)
+	var dio *cio.DirectIO
+	if runDir != "" {
+		dio, err = detachedIO(dir)
+	} else {
+		dio, err = attachedIO(dir)
 	}
-	fifos := cio.NewFIFOSet(cio.Config{
-		Stdin:  filepath.Join(dir, "stdin"),
-		Stdout: filepath.Join(dir, "stdout"),
-		Stderr: filepath.Join(dir, "stderr"),
-	}, func() error { return os.RemoveAll(dir) })
-	// The FIFOs open in the background, once the shim opens its ends; context.Background:
-	// they must outlive ctx.
-	dio, err := cio.NewDirectIO(context.Background(), fifos)
 	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("open fifos: %w", err)
+		return nil, err
 	}
 	undo = append(undo, func(context.Context) { dio.Cancel(); _ = dio.Close() })
 
@@ -211,7 +226,11 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	undo = append(undo, func(context.Context) { evcancel() })
 	oom := watchOOM(evctx, t.cli, id)
 
-	task, err := c.NewTask(ctx, func(string) (cio.IO, error) { return dio, nil })
+	var tio cio.IO = dio
+	if runDir != "" {
+		tio = nullStdout{dio}
+	}
+	task, err := c.NewTask(ctx, func(string) (cio.IO, error) { return tio, nil })
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w: %w", transports.ErrUnavailable, err)
 	}
@@ -223,8 +242,31 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	if err := task.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start task: %w: %w", transports.ErrUnavailable, err)
 	}
+	if runDir != "" {
+		return t.attachDetached(ctx, c, task, dio, exitc, oom, evcancel, kid, token, runDir)
+	}
 	k := newKernel(t, c, task, dio, spec, exitc, oom, evcancel)
 	return k, nil
+}
+
+// attachedIO is an attached task's stdio: stdin, stdout and stderr on FIFOs of dir. They
+// open in the background, once the shim opens its ends (context.Background: they must
+// outlive the start's ctx).
+func attachedIO(dir string) (*cio.DirectIO, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("fifo directory: %w", err)
+	}
+	fifos := cio.NewFIFOSet(cio.Config{
+		Stdin:  filepath.Join(dir, "stdin"),
+		Stdout: filepath.Join(dir, "stdout"),
+		Stderr: filepath.Join(dir, "stderr"),
+	}, func() error { return os.RemoveAll(dir) })
+	dio, err := cio.NewDirectIO(context.Background(), fifos)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("open fifos: %w", err)
+	}
+	return dio, nil
 }
 
 // newID is a fresh container id: "kennel-" and 16 hex digits.

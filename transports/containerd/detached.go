@@ -1,0 +1,334 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/kennel-dev/kennel/link"
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/linked"
+)
+
+// ContainerRunRoot is where a detached kernel's run directory is mounted in its
+// container: ContainerRunRoot/<kernel id>.
+const ContainerRunRoot = "/run/kennel"
+
+// LabelDetached marks the container (and snapshot) of a detached kernel: it outlives its
+// controller, so the owner rule of Sweep does not take it; Sweep removes it once its task
+// no longer runs.
+const LabelDetached = "dev.kennel.detached"
+
+// DefaultKernelGrace is how long a detached kernel lives with nothing attached when
+// Options.KernelGrace is zero.
+const DefaultKernelGrace = time.Hour
+
+// detachedKernel is a kernel task reached over kernel.sock in its bind-mounted run
+// directory; its end is its task's.
+type detachedKernel struct {
+	*linked.Streams
+	client *link.Client
+	info   transports.Info
+	rec    transports.Record
+	watch  *transports.Watch
+}
+
+var (
+	_ transports.Detachable = (*detachedKernel)(nil)
+	_ transports.Reattacher = (*Transport)(nil)
+)
+
+func (o Options) kernelGrace() time.Duration {
+	if o.KernelGrace > 0 {
+		return o.KernelGrace
+	}
+	return DefaultKernelGrace
+}
+
+// detachedRun makes a detached kernel's run directory under Options.RunDir, owned by the
+// kernel's uid:gid, and returns its id, token and path; undo removes it.
+func (t *Transport) detachedRun(uid, gid uint32) (kid, token, runDir string, err error) {
+	idb, tok := make([]byte, 8), make([]byte, 32)
+	if _, err := rand.Read(idb); err != nil {
+		return "", "", "", err
+	}
+	if _, err := rand.Read(tok); err != nil {
+		return "", "", "", err
+	}
+	kid, token = hex.EncodeToString(idb), hex.EncodeToString(tok)
+	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
+		return "", "", "", fmt.Errorf("run directory root: %w", err)
+	}
+	runDir = filepath.Join(t.opts.RunDir, kid)
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return "", "", "", fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Chown(runDir, int(uid), int(gid)); err != nil {
+		_ = os.RemoveAll(runDir)
+		return "", "", "", fmt.Errorf("give the run directory to the kernel's user %d:%d (a detached containerd kernel needs a controller that may chown): %w", uid, gid, err)
+	}
+	return kid, token, runDir, nil
+}
+
+// runMount is the OCI spec option binding runDir at its place in the container.
+func runMount(runDir, inside string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: inside, Type: "bind", Source: runDir, Options: []string{"rbind", "rprivate", "nosuid", "nodev"}})
+		return nil
+	}
+}
+
+// nullStdout is a task IO whose stdout the shim opens as /dev/null (a path that is no
+// FIFO is a file to the shim): a detached kernel writes nothing there, and no reader of
+// ours must outlive the controller for it.
+type nullStdout struct{ *cio.DirectIO }
+
+// Config is the DirectIO's with Stdout /dev/null.
+func (n nullStdout) Config() cio.Config {
+	c := n.DirectIO.Config()
+	c.Stdout = os.DevNull
+	return c
+}
+
+// detachedIO is a detached task's stdio: stdin (the token, then closed) and stderr (what
+// the kernel says before its kernel.log takes over) on FIFOs of dir; stdout /dev/null
+// (nullStdout).
+func detachedIO(dir string) (*cio.DirectIO, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("fifo directory: %w", err)
+	}
+	fifos := cio.NewFIFOSet(cio.Config{Stdin: filepath.Join(dir, "stdin"), Stderr: filepath.Join(dir, "stderr")}, func() error { return os.RemoveAll(dir) })
+	dio, err := cio.NewDirectIO(context.Background(), fifos)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("open fifos: %w", err)
+	}
+	return dio, nil
+}
+
+// attachDetached hands the started task its token, attaches its link and makes the
+// kernel: kid, token and runDir name it, c and task are its container and task.
+func (t *Transport) attachDetached(ctx context.Context, c client.Container, task client.Task, dio *cio.DirectIO, exitc <-chan client.ExitStatus, oom *oomWatch, evcancel context.CancelFunc, kid, token, runDir string) (transports.Kernel, error) {
+	// The token is the one line the kernel reads from its stdin; then stdin closes.
+	_, werr := io.WriteString(dio.Stdin, token+"\n")
+	_ = dio.Stdin.Close()
+	cctx, ccancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
+	_ = task.CloseIO(cctx, client.WithStdinCloser)
+	ccancel()
+	if werr != nil {
+		return nil, fmt.Errorf("hand the token to task %s: %w", c.ID(), werr)
+	}
+	early := &kernelstart.HeadBuffer{Limit: 4096}
+	go func() { _, _ = io.Copy(early, dio.Stderr) }()
+	exited, result := taskEnd(exitc)
+	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, err := link.Open(lctx, link.Options{
+		Kernel: kid, Token: token, Grace: t.opts.kernelGrace(), Dial: launch.Dial,
+		Backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
+	})
+	if err != nil {
+		select { // let the stderr of a kernel that ended arrive
+		case <-exited:
+			time.Sleep(100 * time.Millisecond)
+		case <-time.After(time.Second):
+		}
+		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
+		return nil, fmt.Errorf("attach to detached kernel in task %s: %w (stderr %q, kernel.log %q)", c.ID(), err, early.String(), log)
+	}
+	launch.Started()
+	_ = dio.Close() // its FIFOs: the kernel's stdio is its kernel.log now
+	h := cl.Hello()
+	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: t.opts.kernelGrace(), Where: c.ID()}
+	return t.runDetached(cl, rec, task, exited, result, oom, evcancel), nil
+}
+
+// taskEnd turns a task's exit channel into a closed-at-the-end channel and its result.
+func taskEnd(exitc <-chan client.ExitStatus) (<-chan struct{}, func() (transports.Exit, error)) {
+	done := make(chan struct{})
+	var st client.ExitStatus
+	go func() {
+		defer close(done)
+		st = <-exitc
+	}()
+	return done, func() (transports.Exit, error) {
+		<-done
+		exit := transports.Exit{Code: int(st.ExitCode())}
+		if err := st.Error(); err != nil {
+			return exit, fmt.Errorf("wait task: %w", err)
+		}
+		return exit, nil
+	}
+}
+
+// runDetached makes the kernel of task (rec.Where) reached over cl; its end is the task's.
+func (t *Transport) runDetached(cl *link.Client, rec transports.Record, task client.Task, exited <-chan struct{}, result func() (transports.Exit, error), oom *oomWatch, evcancel context.CancelFunc) *detachedKernel {
+	id, runDir := rec.Where, rec.RunDir
+	k := &detachedKernel{client: cl, rec: rec, info: transports.Info{Transport: Name, ID: id}}
+	k.Streams = linked.New(cl)
+	stopped := false
+	signal := func(sig syscall.Signal, all bool) {
+		ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
+		defer cancel()
+		var opts []client.KillOpts
+		if all {
+			opts = append(opts, client.WithKillAll)
+		}
+		_ = task.Kill(ctx, sig, opts...)
+	}
+	k.watch = transports.NewWatch(transports.WatchSpec{
+		What: "detached containerd kernel " + id,
+		Steps: []transports.Step{
+			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
+			{Act: func() { stopped = true; signal(syscall.SIGTERM, false) }, Live: true, Grace: transports.ResolveGrace(t.opts.StopGrace)},
+			{Act: func() { signal(syscall.SIGKILL, true) }},
+		},
+		Reap: func(seen func() bool) (transports.Exit, error) {
+			<-exited
+			seen()
+			exit, err := result()
+			if exit.Code == sigkillCode && !stopped {
+				exit.OOM = oom.wait(oomWait)
+			}
+			return exit, err
+		},
+		Release: func(_ transports.Exit, err error) error {
+			cl.Close()
+			evcancel()
+			ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 30*time.Second)
+			defer cancel()
+			if rerr := remove(ctx, t.cli, id, t.opts.FIFODir); rerr != nil && err == nil {
+				err = rerr
+			}
+			_ = os.RemoveAll(runDir)
+			return err
+		},
+	})
+	return k
+}
+
+// Reattach reaches a detached kernel again from its record, as a controller started
+// after the one that started it does: rec.Where is the kernel's container (a detached
+// kennel container, else errdefs.ErrInvalidArgument) and rec.RunDir its run directory on
+// this host, a child of Options.RunDir. The controller dials its kernel.sock as Start's
+// link does; the kernel's end is its task's.
+//
+// A kernel proven gone is an error matching errdefs.ErrNotFound: its container or task
+// gone or stopped, or no kernel at its socket (then its container and run directory are
+// removed), or a refused attach (a wrong token: nothing is touched). A daemon out of reach
+// is errdefs.ErrUnavailable. ctx bounds only the attach.
+func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
+	root := t.opts.RunDir
+	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || rec.Where == "" || root == "" ||
+		filepath.Clean(rec.RunDir) != rec.RunDir || filepath.Dir(rec.RunDir) != filepath.Clean(root) || filepath.Base(rec.RunDir) != rec.Kernel {
+		return nil, fmt.Errorf("reattach containerd kernel %q: not a record of this transport's (a container, a run directory under %q): %w", rec.Kernel, root, errdefs.ErrInvalidArgument)
+	}
+	nctx := nsCtx(ctx)
+	gone := func(why error) (transports.Kernel, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(nctx), 30*time.Second)
+		defer cancel()
+		_ = remove(rctx, t.cli, rec.Where, t.opts.FIFODir)
+		_ = os.RemoveAll(rec.RunDir) // a kernel still there ends within a second
+		return nil, fmt.Errorf("reattach containerd kernel %s in container %s: %w", rec.Kernel, rec.Where, why)
+	}
+	c, err := t.cli.LoadContainer(nctx, rec.Where)
+	switch {
+	case errdefs.IsNotFound(err):
+		return gone(fmt.Errorf("%w: the container is gone", link.ErrGone))
+	case err != nil:
+		return nil, fmt.Errorf("reattach containerd kernel %s: load container %s: %w", rec.Kernel, rec.Where, classify(err))
+	}
+	labels, err := c.Labels(nctx)
+	if err != nil {
+		return nil, fmt.Errorf("reattach containerd kernel %s: labels of %s: %w", rec.Kernel, rec.Where, classify(err))
+	}
+	if labels[LabelKennel] != "1" || labels[LabelDetached] != "1" {
+		return nil, fmt.Errorf("reattach containerd kernel %s: container %s is no detached kernel's: %w", rec.Kernel, rec.Where, errdefs.ErrInvalidArgument)
+	}
+	task, err := c.Task(nctx, nil)
+	switch {
+	case errdefs.IsNotFound(err):
+		return gone(fmt.Errorf("%w: the container has no task", link.ErrGone))
+	case err != nil:
+		return nil, fmt.Errorf("reattach containerd kernel %s: load task %s: %w", rec.Kernel, rec.Where, classify(err))
+	}
+	st, err := task.Status(nctx)
+	if err != nil {
+		return nil, fmt.Errorf("reattach containerd kernel %s: task status %s: %w", rec.Kernel, rec.Where, classify(err))
+	}
+	if st.Status != client.Running {
+		return gone(fmt.Errorf("%w: the task is %s", link.ErrGone, st.Status))
+	}
+	evctx, evcancel := context.WithCancel(nsCtx(context.Background()))
+	oom := watchOOM(evctx, t.cli, rec.Where)
+	exitc, err := task.Wait(nsCtx(context.Background()))
+	if err != nil {
+		evcancel()
+		return nil, fmt.Errorf("reattach containerd kernel %s: wait task: %w", rec.Kernel, classify(err))
+	}
+	exited, result := taskEnd(exitc)
+	cl, err := link.Open(ctx, link.Options{
+		Kernel: rec.Kernel, Token: rec.Token, Grace: t.opts.kernelGrace(), Applied: rec.Applied,
+		Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")),
+	})
+	if err != nil {
+		evcancel()
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return gone(err)
+		}
+		return nil, fmt.Errorf("reattach containerd kernel %s in container %s: %w", rec.Kernel, rec.Where, err)
+	}
+	h := cl.Hello()
+	if rec.PID > 0 && (h.PID != rec.PID || h.PGID != rec.PGID || h.Leader != rec.Leader) {
+		cl.Close()
+		evcancel()
+		return nil, fmt.Errorf("reattach containerd kernel %s: its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
+			rec.Kernel, h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
+	}
+	rec.PID, rec.PGID, rec.Leader, rec.Grace = h.PID, h.PGID, h.Leader, t.opts.kernelGrace()
+	return t.runDetached(cl, rec, task, exited, result, oom, evcancel), nil
+}
+
+// insideRun is a kernel's run directory as its container sees it.
+func insideRun(kid string) string { return path.Join(ContainerRunRoot, kid) }
+
+// Info says Transport "containerd" and ID the container id.
+func (k *detachedKernel) Info() transports.Info { return k.info }
+
+// Kill ends the kernel in stages: stdin EOF over the link (the stub shuts down), SIGTERM
+// to the task, SIGKILL to every process of the container; then the task, container,
+// snapshot and run directory are deleted.
+func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
+
+// Wait blocks until the task has ended and its objects are deleted.
+func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
+
+// Detach lets the kernel go: its link closes and it runs on for its grace.
+func (k *detachedKernel) Detach() error { return k.client.Close() }
+
+// Record is what a later controller reattaches from, its applied seq current.
+func (k *detachedKernel) Record() transports.Record {
+	r := k.rec
+	r.Applied = k.client.Applied()
+	return r
+}
+
+// Link is the kernel's link.
+func (k *detachedKernel) Link() *link.Client { return k.client }
