@@ -51,4 +51,17 @@
 // Sweep (SweepDaemon, at a controller's start) removes what controllers that are gone left.
 // A task ended by the memory limit (its OOM event, then SIGKILL) reports Exit.OOM, which
 // the controller turns into controller.ErrOOM.
+//
+// # Detached kernels
+//
+// With Options.RunDir (the daemon sets it) each kernel is detached (docs/protocol.md,
+// "Protocol 2"): its run directory RunDir/<id>, owned by the kernel's uid:gid, is bind
+// mounted at ContainerRunRoot/<id>; the task's stdin carries the token (one line, then
+// CloseIO), its stderr what the kernel says before its kernel.log takes over, its stdout
+// is /dev/null; the controller dials kernel.sock across the container boundary (the same
+// kernel's socket) and the task, held by containerd's shim, outlives the controller for
+// Options.KernelGrace with nothing attached. Reattach reaches it from its record (the
+// container id, the run directory); a container or task gone or stopped, or no kernel at
+// the socket, proves it gone. Its container carries LabelDetached: Sweep keeps it while
+// its task runs and removes it once the task has ended.
 package containerd
