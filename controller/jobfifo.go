@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"time"
@@ -32,7 +34,8 @@ const fifoBufSize = 1 << 20
 // readers return at once (a process that left the job holding a FIFO), after which done
 // closes promptly. Bytes read before a stop are all in the job's output.
 type jobFIFOs struct {
-	paths   [2]string   // stdout, stderr
+	paths   [2]string   // stdout, stderr, on the host
+	named   [2]string   // the same as the kernel opens them (job_run's stdout, stderr)
 	readers [2]*os.File // non-blocking, in the runtime poller
 	done    chan struct{}
 
@@ -41,21 +44,31 @@ type jobFIFOs struct {
 	removed bool
 }
 
-// newJobFIFOs makes the two FIFOs of a job in dir (mode 0600, names unique), and starts a
-// reader per FIFO copying into job through buffers from pool. On an error nothing is left
-// behind.
-func newJobFIFOs(dir string, job *jobs.Job, pool *sync.Pool) (*jobFIFOs, error) {
-	var rnd [8]byte
+// newJobFIFOs makes the two FIFOs of a job in dir (names unique, 128 random bits), and
+// starts a reader per FIFO copying into job through buffers from pool. kernelDir is
+// where the kernel sees dir ("": at dir itself, a SameFS kernel; the FIFOs are then 0600);
+// elsewhere the FIFOs are 0622, writable by a kernel of another uid (see prepareFIFODir).
+// On an error nothing is left behind.
+func newJobFIFOs(dir, kernelDir string, job *jobs.Job, pool *sync.Pool) (*jobFIFOs, error) {
+	var rnd [16]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("make job fifos: %w", err)
 	}
-	base := filepath.Join(dir, "kennel-fifo-"+hex.EncodeToString(rnd[:]))
+	name := "kennel-fifo-" + hex.EncodeToString(rnd[:])
+	base := filepath.Join(dir, name)
 	f := &jobFIFOs{
 		paths: [2]string{base + "-stdout", base + "-stderr"},
+		named: [2]string{base + "-stdout", base + "-stderr"},
 		done:  make(chan struct{}),
 		holds: [2]int{-1, -1},
 	}
-	if err := f.open(); err != nil {
+	mode := uint32(0o600)
+	if kernelDir != "" {
+		kbase := path.Join(kernelDir, name)
+		f.named = [2]string{kbase + "-stdout", kbase + "-stderr"}
+		mode = 0o622
+	}
+	if err := f.open(mode); err != nil {
 		f.closeAll()
 		return nil, err
 	}
@@ -73,12 +86,14 @@ func newJobFIFOs(dir string, job *jobs.Job, pool *sync.Pool) (*jobFIFOs, error) 
 	return f, nil
 }
 
-// open makes the FIFOs and opens the read ends and the controller's write ends.
-func (f *jobFIFOs) open() error {
+// open makes the FIFOs with mode (whatever the umask) and opens the read ends and the
+// controller's write ends.
+func (f *jobFIFOs) open(mode uint32) error {
 	for i, p := range f.paths {
 		if err := unix.Mkfifo(p, 0o600); err != nil {
 			return fmt.Errorf("make job fifo %s: %w", p, err)
 		}
+
 		r, err := os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open job fifo %s: %w", p, err)
@@ -89,6 +104,11 @@ func (f *jobFIFOs) open() error {
 			return fmt.Errorf("open job fifo %s for writing: %w", p, err)
 		}
 		f.holds[i] = w
+		if mode != 0o600 {
+			if err := unix.Fchmod(w, mode); err != nil {
+				return fmt.Errorf("chmod job fifo %s: %w", p, err)
+			}
+		}
 		_, _ = unix.FcntlInt(uintptr(w), unix.F_SETPIPE_SZ, fifoBufSize)
 	}
 	return nil
@@ -181,4 +201,33 @@ func newFIFOPool() *sync.Pool {
 		b := make([]byte, fifoBufSize)
 		return &b
 	}}
+}
+
+// fifoDirName is the directory inside a session's spill directory where the controller
+// makes the FIFOs of a kernel that opens them through a mount (Info.FIFODir): a container
+// on this host's kernel, given this directory and nothing else of the host.
+const fifoDirName = "fifo"
+
+// prepareFIFODir makes (or finds) spill's FIFO directory and returns it, mode 0711: the
+// kernel's user, who may be another uid than the controller's, can open a FIFO in it by
+// its name but cannot list, create, rename or remove anything there (the mount is
+// read-only as well). Nobody else on the host reaches it: spill and its parents are the
+// controller's, 0700. Its FIFOs are 0622 for the same reason: writable, not readable, by
+// the kernel's user.
+func prepareFIFODir(spill string) (string, error) {
+	dir := filepath.Join(spill, fifoDirName)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("make job fifo dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", fmt.Errorf("make job fifo dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("make job fifo dir %s: not a directory", dir)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", fmt.Errorf("make job fifo dir: %w", err)
+	}
+	return dir, nil
 }

@@ -46,10 +46,14 @@ func startFIFOSession(t *testing.T) *Session {
 func fifosOf(t *testing.T, s *Session, j *jobs.Job) *jobFIFOs {
 	t.Helper()
 	r, err := s.jobs.get(j.ID())
-	if err != nil || r.fifos == nil {
-		t.Fatalf("job %s has no FIFOs: %v", j.ID(), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return r.fifos
+	f, ok := r.fifos.(*jobFIFOs)
+	if !ok {
+		t.Fatalf("job %s has no FIFOs", j.ID())
+	}
+	return f
 }
 
 // readersDone fails the test unless both FIFO readers have returned and the FIFOs' paths

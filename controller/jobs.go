@@ -62,10 +62,10 @@ type jobRun struct {
 	s       *Session
 	kc      *kernelConn
 	kind    jobKind
-	frameID string    // the job id (shell jobs) or the cell id (cell jobs)
-	job     *jobs.Job // set right after Table.Start, before any frame can name the job
-	cell    *cellRun  // cell jobs
-	fifos   *jobFIFOs // shell jobs of a SameFS kernel: where their output comes; nil for frames
+	frameID string     // the job id (shell jobs) or the cell id (cell jobs)
+	job     *jobs.Job  // set right after Table.Start, before any frame can name the job
+	cell    *cellRun   // cell jobs
+	fifos   jobStreams // shell jobs whose output comes beside the frames (see openJobStreams); nil for frames
 
 	mu     sync.Mutex
 	pgid   int         // shell jobs of a kernel with HostGroups: the group verified at job_start

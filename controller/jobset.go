@@ -25,6 +25,7 @@ type jobSet struct {
 	table     *jobs.Table
 	outputDir string     // SaveOutput's files, shared by the sessions of one state directory
 	spillDir  string     // this session's spill files and FIFOs, removed with the session
+	fifoDir   string     // FIFOs a container kernel opens through a mount (see fifoDirName); "" for none
 	fifoPool  *sync.Pool // read buffers of jobs' FIFOs (see jobFIFOs)
 
 	mu   sync.Mutex
@@ -70,6 +71,14 @@ func (s *Session) initJobs(ctx context.Context) error {
 	if err := output.PrepareDir(spill); err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
+	fifoDir := ""
+	if !s.opts.Transport.Capabilities().SameFS {
+		d, err := prepareFIFODir(spill)
+		if err != nil {
+			s.log.Warn("job output goes through frames", "err", err)
+		}
+		fifoDir = d
+	}
 	table, err := jobs.NewTable(jobs.TableOptions{
 		Truncation: s.opts.Truncation,
 		Capture:    output.CaptureOptions{SpillDir: spill},
@@ -79,7 +88,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 		_ = os.RemoveAll(spill)
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.jobs = jobSet{table: table, outputDir: dir, spillDir: spill, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
+	s.jobs = jobSet{table: table, outputDir: dir, spillDir: spill, fifoDir: fifoDir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
 	return nil
 }
 

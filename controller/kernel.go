@@ -97,6 +97,7 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 			SessionID: s.id,
 			Dir:       s.opts.SandboxDir,
 			Env:       s.opts.Env,
+			FIFODir:   s.jobs.fifoDir,
 			Python:    s.opts.Python,
 			Stderr:    stderr,
 		})

@@ -23,12 +23,15 @@ const MaxCommandBytes = 128<<10 - 1
 // session's. The job ends exactly once: with the kernel's job_end, or with an unknown end
 // when its kernel ends first (JobWait.Err then says why).
 //
-// For a transport whose kernel shares the host's file system (Capabilities.SameFS) the
-// job's stdout and stderr are FIFOs in OutputDir that the controller reads itself (the
-// kernel falls back to forwarding frames if it cannot open them); the kernel's job_end
-// then takes effect once both FIFOs reached end of file, or after Options.JobKillGrace
-// when a process that outlived the shell still holds one (the bytes read until then are
-// the job's output).
+// Where the kernel can open FIFOs the controller reads (transports.JobOutputs says
+// where: a kernel that shares the host's file system, Capabilities.SameFS; a container
+// given the session's FIFO directory, Info.FIFODir; a transport that carries the bytes
+// itself, transports.JobOutputs) the job's stdout and stderr are such FIFOs, and their
+// bytes never pass through the kernel's Python (the kernel falls back to forwarding
+// frames if it cannot open them); the kernel's job_end then takes effect once both
+// FIFOs reached end of file, or after Options.JobKillGrace when a process that outlived
+// the shell still holds one (the bytes read until then are the job's output; for bytes a
+// transport carries, JobKillGrace after the last byte arrived, at most a minute).
 //
 // Job.Kill goes through the job's owner: the kernel signals the job's process group
 // (SIGTERM); for a kernel that lets the controller signal its jobs' groups on the host
@@ -65,14 +68,9 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 	}
 	r.job, r.frameID = job, job.ID().String()
 	frame := protocol.JobRun{ID: r.frameID, Command: command}
-	if s.opts.Transport.Capabilities().SameFS {
-		f, err := newJobFIFOs(s.jobs.spillDir, job, s.jobs.fifoPool)
-		if err != nil {
-			s.log.Warn("job output goes through frames", "job", job.ID(), "err", err)
-		} else {
-			r.fifos = f
-			frame.Stdout, frame.Stderr = f.paths[0], f.paths[1]
-		}
+	if streams, paths := s.openJobStreams(ctx, kc, job); streams != nil {
+		r.fifos = streams
+		frame.Stdout, frame.Stderr = paths[0], paths[1]
 	}
 	if edit != nil {
 		edit(&frame)

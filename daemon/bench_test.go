@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/transports/local"
 )
 
@@ -159,8 +161,27 @@ func apiClientMain(v string) int {
 // socket that decodes the request, calls Session.Execute and encodes the reply (no
 // daemon: no registry, jobs, budget, metrics or peer check).
 func BenchmarkCellThroughMinimalHandler(b *testing.B) {
-	s := startSession(b)
+	c := serveMinimalHandler(b)
 	ctx := context.Background()
+	req := api.RunCell{Code: "x = 1\nx"}
+	measureCells(b, func() error { return runCellOne(ctx, c, "s", req) })
+}
+
+// runCellOne runs req through c in session id and checks that its result is "1".
+func runCellOne(ctx context.Context, c *client.Client, id string, req api.RunCell) error {
+	rep, err := c.RunCell(ctx, id, req)
+	if err == nil && (rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "1") {
+		err = fmt.Errorf("reply %+v", rep)
+	}
+	return err
+}
+
+// serveMinimalHandler serves a bare net/http handler over Session.Execute of a local
+// kernel on a fresh unix socket (any session id), stopped at cleanup, and returns a
+// client of it.
+func serveMinimalHandler(b *testing.B) *client.Client {
+	b.Helper()
+	s := startSession(b)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sessions/{id}/cells", func(w http.ResponseWriter, r *http.Request) {
 		var req api.RunCell
@@ -183,16 +204,83 @@ func BenchmarkCellThroughMinimalHandler(b *testing.B) {
 	}
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(l)
-	defer srv.Close()
 	c := client.New(sock)
-	req := api.RunCell{Code: "x = 1\nx"}
-	measureCells(b, func() error {
-		rep, err := c.RunCell(ctx, "s", req)
-		if err == nil && (rep.Cell == nil || rep.Cell.Result == nil || *rep.Cell.Result != "1") {
-			err = fmt.Errorf("reply %+v", rep)
-		}
-		return err
+	b.Cleanup(func() {
+		c.Close()
+		srv.Close()
 	})
+	return c
+}
+
+// BenchmarkCellAPIOverMinimalHandler is issue 20's re-based target for the API's cell
+// latency: kennel's API (BenchmarkCellThroughAPI) beside the bare net/http handler over
+// Session.Execute (BenchmarkCellThroughMinimalHandler), the same client, interleaved one
+// cell each per iteration (their order alternating), so that a change in the machine's
+// load hits both. It reports each one's median and p99 and api/handler, the ratio of the
+// medians (the target: at most 1.1).
+func BenchmarkCellAPIOverMinimalHandler(b *testing.B) {
+	r := serve(b, daemon.Options{})
+	s := r.newSession(b)
+	h := serveMinimalHandler(b)
+	ctx := context.Background()
+	req := api.RunCell{Code: "x = 1\nx"}
+	interleave(b, "api", wallTimed(func() error { return runCellOne(ctx, r.c, s.ID, req) }),
+		"handler", wallTimed(func() error { return runCellOne(ctx, h, "s", req) }))
+}
+
+// timedRun runs one cell and returns how long it took.
+type timedRun func() (time.Duration, error)
+
+// wallTimed is run timed by the wall clock around its call.
+func wallTimed(run func() error) timedRun {
+	return func() (time.Duration, error) {
+		t0 := time.Now()
+		err := run()
+		return time.Since(t0), err
+	}
+}
+
+// interleave runs a and b (named an and bn) 20 times each to warm up, then b.N times
+// each, one of each per iteration, alternating which goes first; it reports both one's
+// median and p99 and an/bn, the ratio of their medians. An error of any run fails tb.
+func interleave(tb *testing.B, an string, a timedRun, bn string, b timedRun) {
+	tb.Helper()
+	for range 20 {
+		if _, err := a(); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := b(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	la := make([]time.Duration, 0, tb.N)
+	lb := make([]time.Duration, 0, tb.N)
+	timed := func(run timedRun, lat *[]time.Duration) {
+		d, err := run()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		*lat = append(*lat, d)
+	}
+	tb.ResetTimer()
+	for i := range tb.N {
+		if i%2 == 0 {
+			timed(a, &la)
+			timed(b, &lb)
+		} else {
+			timed(b, &lb)
+			timed(a, &la)
+		}
+	}
+	tb.StopTimer()
+	slices.Sort(la)
+	slices.Sort(lb)
+	ma, mb := la[len(la)/2], lb[len(lb)/2]
+	tb.ReportMetric(float64(ma.Microseconds()), an+"-p50-µs")
+	tb.ReportMetric(float64(la[len(la)*99/100].Microseconds()), an+"-p99-µs")
+	tb.ReportMetric(float64(mb.Microseconds()), bn+"-p50-µs")
+	tb.ReportMetric(float64(lb[len(lb)*99/100].Microseconds()), bn+"-p99-µs")
+	tb.ReportMetric(float64(ma)/float64(mb), an+"/"+bn)
 }
 
 // BenchmarkCellThroughGoAPI is the baseline: the same cell through
@@ -225,4 +313,133 @@ func BenchmarkCellThroughGoAPIWait(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// jupyterDriver is a jupyter_client program that starts an ipykernel, runs the cell in
+// argv[1] 20 times to warm up, prints "ready", and then runs it once for each line it
+// reads on stdin, printing that run's round trip in nanoseconds: from execute to both its
+// execute_result on iopub (checked to be "1") and its execute_reply on shell, as the
+// client of a Jupyter kernel sees a cell's result. Timed in the driver, so that the
+// benchmark's own pipe to it is not Jupyter's cost.
+const jupyterDriver = `
+import sys, time
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name="python3")
+code = sys.argv[1]
+
+def run():
+    t0 = time.perf_counter_ns()
+    mid = kc.execute(code)
+    while True:
+        m = kc.get_iopub_msg(timeout=30)
+        if m["parent_header"].get("msg_id") == mid and m["msg_type"] == "execute_result":
+            if m["content"]["data"].get("text/plain") != "1":
+                raise SystemExit("result %r" % (m["content"]["data"],))
+            break
+    while True:
+        m = kc.get_shell_msg(timeout=30)
+        if m["parent_header"].get("msg_id") == mid:
+            if m["content"]["status"] != "ok":
+                raise SystemExit("reply %r" % (m["content"],))
+            break
+    return time.perf_counter_ns() - t0
+
+try:
+    for _ in range(20):
+        run()
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print(run(), flush=True)
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+`
+
+// jupyterPython is Debian's interpreter, the one python3-ipykernel and
+// python3-jupyter-client install into.
+const jupyterPython = "/usr/bin/python3"
+
+// startJupyter starts jupyterDriver on code with Debian's python3, waits for its
+// "ready" and returns a timedRun of one warm Jupyter cell; the driver and its kernel end
+// at cleanup. Without python3-ipykernel and python3-jupyter-client it skips b (fails it
+// under CI=true).
+func startJupyter(b *testing.B, code string) timedRun {
+	b.Helper()
+	if err := exec.Command(jupyterPython, "-c", "import ipykernel, jupyter_client").Run(); err != nil {
+		testneed.Missing(b, "Jupyter (Debian's python3-ipykernel and python3-jupyter-client for "+jupyterPython+")", err)
+	}
+	cmd := exec.Command(jupyterPython, "-c", jupyterDriver, code)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		b.Fatalf("jupyter driver: %q %v", out.Text(), out.Err())
+	}
+	return func() (time.Duration, error) {
+		if _, err := io.WriteString(stdin, "\n"); err != nil {
+			return 0, fmt.Errorf("jupyter driver: %w", err)
+		}
+		if !out.Scan() {
+			return 0, fmt.Errorf("jupyter driver ended: %v", out.Err())
+		}
+		ns, err := strconv.ParseInt(out.Text(), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("jupyter driver printed %q", out.Text())
+		}
+		return time.Duration(ns), nil
+	}
+}
+
+// BenchmarkCellAPIOverJupyter is issue 20's second re-based target for the API's cell
+// latency: a warm cell through kennel's API (client in this process) beside the same
+// cell's warm round trip through jupyter_client to an ipykernel (Debian's packages),
+// interleaved; api/jupyter is the ratio of the medians (the target: at most 0.1).
+func BenchmarkCellAPIOverJupyter(b *testing.B) {
+	const code = "x = 1\nx"
+	jup := startJupyter(b, code)
+	r := serve(b, daemon.Options{})
+	s := r.newSession(b)
+	ctx := context.Background()
+	interleave(b, "api", wallTimed(func() error { return runCellOne(ctx, r.c, s.ID, api.RunCell{Code: code}) }),
+		"jupyter", jup)
+}
+
+// BenchmarkCellGoAPIWaitOverGoAPI splits BenchmarkCellAPIOverMinimalHandler's ratio: the
+// call the API makes (Session.ExecuteWait, the API's 60 s budget) beside the call the bare
+// handler makes (Session.Execute), on one session in this process, interleaved;
+// wait/execute is the ratio of the medians.
+func BenchmarkCellGoAPIWaitOverGoAPI(b *testing.B) {
+	s := startSession(b)
+	ctx := context.Background()
+	interleave(b, "wait", wallTimed(func() error {
+		jw, err := s.ExecuteWait(ctx, "x = 1\nx", 60*time.Second, nil)
+		if err == nil {
+			err = jw.Err
+		}
+		if err == nil && (jw.Cell == nil || jw.Cell.Result == nil || *jw.Cell.Result != "1") {
+			err = fmt.Errorf("%+v", jw.Cell)
+		}
+		return err
+	}), "execute", wallTimed(func() error {
+		res, err := s.Execute(ctx, "x = 1\nx", nil)
+		if err == nil && (res.Result == nil || *res.Result != "1") {
+			err = fmt.Errorf("%+v", res)
+		}
+		return err
+	}))
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -186,4 +187,50 @@ func BenchmarkGate200BRequests(b *testing.B) {
 func BenchmarkBufioLines200B(b *testing.B) {
 	data, n := requestFrames(4096)
 	benchBufio(b, data, n, 64<<10)
+}
+
+// requestHead is what an ordinary Go host decodes of a host request before dispatching
+// it: the head's keys. encoding/json still validates the whole line (Unmarshal checks
+// it before decoding) and skips "args".
+type requestHead struct {
+	Event string `json:"event"`
+	ID    string `json:"id"`
+	Type  string `json:"type"`
+	Cell  string `json:"cell"`
+}
+
+// BenchmarkReadSliceUnmarshal200B is the baseline issue 20 names for
+// BenchmarkGate200BRequests: what an ordinary Go implementation does with each line,
+// bufio.Reader.ReadSlice and encoding/json.Unmarshal of the head into a struct (no id
+// set, no limits, no refusals: less than the gate decides). The report gives the gate's
+// throughput over this one's, from the same run.
+func BenchmarkReadSliceUnmarshal200B(b *testing.B) {
+	data, frameLen := requestFrames(4096)
+	b.SetBytes(int64(frameLen))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := cpuTime()
+	br := bufio.NewReaderSize(&repeatReader{data: data, left: b.N * frameLen}, 64<<10)
+	requests := 0
+	var h requestHead
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		h = requestHead{}
+		if err := json.Unmarshal(line, &h); err != nil {
+			b.Fatal(err)
+		}
+		if h.Event == eventHostRequest && h.ID != "" && h.Type != "" {
+			requests++
+		}
+	}
+	reportCPU(b, start)
+	if requests != b.N {
+		b.Fatalf("%d requests decoded, want %d", requests, b.N)
+	}
 }

@@ -155,7 +155,9 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	launch.Started()
 	h := cl.Hello()
 	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: id}
-	return t.runDetached(cl, rec, exited, result, nil), nil
+	k := t.runDetached(cl, rec, exited, result, nil)
+	k.info.FIFODir = fifoDirOf(opts.HostConfig)
+	return k, nil
 }
 
 // waitContainer watches container id's end: exited is closed once the engine reports it
@@ -326,7 +328,9 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 			rec.Kernel, h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
 	}
 	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
-	return t.runDetached(cl, rec, exited, result, stopWait), nil
+	k := t.runDetached(cl, rec, exited, result, stopWait)
+	k.info.FIFODir = fifoDirOf(ins.Container.HostConfig)
+	return k, nil
 }
 
 // numericUser reads "uid:gid" (or "uid", the gid then the same).

@@ -39,6 +39,19 @@
 // of memory and no swap, one CPU, 256 pids; the engine's init process as pid 1 (it reaps
 // zombies); Docker's default seccomp profile; an optional runtime (runsc).
 //
+// # Job output
+//
+// A run-mode container gets the session's FIFO directory (transports.Spec.FIFODir)
+// bind-mounted read-only at ContainerFIFODir when the engine is on this host (a unix
+// socket) and the runtime shares its kernel (the default, runc, crun), and says so in
+// Info.FIFODir: the controller makes each shell job's stdout and stderr FIFOs there and
+// reads them itself, so a job's bytes never pass through the kernel's Python. Through the
+// read-only mount of a directory of mode 0711 holding only 0622 FIFOs of random names,
+// the kernel's user can open a FIFO it was named for writing and do nothing else (one of
+// the controller's own uid may also list and read them: its own session's FIFOs); no
+// entry can be made, changed or removed. Elsewhere (exec mode, a remote engine, gVisor)
+// jobs' output goes through frames.
+//
 // # Lifetime
 //
 // Kill closes the kernel's stdin (the stub shuts down at EOF), waits Options.StdinGrace,

@@ -81,6 +81,9 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	for _, m := range o.Mounts {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
 	}
+	if m, ok := t.fifoMount(spec); ok {
+		hc.Mounts = append(hc.Mounts, m)
+	}
 	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc}
 }
 
@@ -92,7 +95,8 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 	if _, err := kernelimage.Check(ctx, t.cli, image, bc.bundle); err != nil {
 		return nil, err
 	}
-	id, att, err := t.launch(ctx, t.createOptions(image, bc.bundle, spec), client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	opts := t.createOptions(image, bc.bundle, spec)
+	id, att, err := t.launch(ctx, opts, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +106,7 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 			t.removeSoon(ctx, id)
 		}
 	}()
-	k := newKernel(transports.Info{Transport: Name, ID: id}, att.HijackedResponse, spec.Stderr)
+	k := newKernel(transports.Info{Transport: Name, ID: id, FIFODir: fifoDirOf(opts.HostConfig)}, att.HijackedResponse, spec.Stderr)
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
 		stop = 0

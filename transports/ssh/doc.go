@@ -60,6 +60,15 @@
 // cell holds it). A process that left the kernel's group and cleared its environment is
 // out of reach of both the ladder and the sweep.
 //
+// # Job output
+//
+// A kernel (attached or detached) implements transports.JobOutputs: each shell job's
+// stdout and stderr are FIFOs in the kernel's run directory, made by a relay in a session
+// of its own on the kernel's connection, which copies them raw (cat) to the session's
+// stdout and stderr; the bytes never pass through the kernel's Python or the frame
+// channel. A job holds its session while it runs (sshd's MaxSessions bounds them, 10 by
+// default); a job that finds none gets its output through frames.
+//
 // # Remote files
 //
 // A session whose workspace is [user@]host:/path keeps its files on that host: FS is an

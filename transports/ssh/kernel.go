@@ -28,6 +28,7 @@ type kernelConfig struct {
 	target     Target
 	python     string // the probe's interpreter, for control commands
 	runID      string
+	runDir     string // the kernel's run directory on the host (job output FIFOs go there)
 	id         string
 	preamble   []byte
 	stderr     io.Writer

@@ -168,6 +168,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		target:     target,
 		python:     p.PythonPath,
 		runID:      runID,
+		runDir:     runDir,
 		id:         target.String() + ":" + path.Join(base, "run", runID),
 		preamble:   preamble,
 		stderr:     spec.Stderr,

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/output"
+)
+
+// pipeOutput is a transports.JobOutput over two in-memory pipes: the test writes what
+// "the job" wrote; Close ends both streams at once, as a transport's does.
+type pipeOutput struct {
+	outR, errR *io.PipeReader
+	outW, errW *io.PipeWriter
+
+	mu       sync.Mutex
+	released bool
+	closed   bool
+}
+
+func newPipeOutput() *pipeOutput {
+	p := &pipeOutput{}
+	p.outR, p.outW = io.Pipe()
+	p.errR, p.errW = io.Pipe()
+	return p
+}
+
+func (p *pipeOutput) Paths() (string, string) { return "/run/out", "/run/err" }
+func (p *pipeOutput) Stdout() io.Reader       { return p.outR }
+func (p *pipeOutput) Stderr() io.Reader       { return p.errR }
+
+func (p *pipeOutput) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.released = true
+}
+
+func (p *pipeOutput) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.outR.CloseWithError(io.ErrClosedPipe)
+	p.errR.CloseWithError(io.ErrClosedPipe)
+	return nil
+}
+
+func (p *pipeOutput) state() (released, closed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.released, p.closed
+}
+
+// testJob starts a job of a fresh table.
+func testJob(t *testing.T) *jobs.Job {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	table, err := jobs.NewTable(jobs.TableOptions{Capture: output.CaptureOptions{SpillDir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := table.Start(jobs.Spec{Command: "test", Owner: jobs.OwnerFunc(func(context.Context) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestARemoteOutputDrainsBytesStillArriving: bytes that keep arriving after the job's
+// end (a transport's in flight) are all taken, though they take longer than the grace
+// in all; the drain ends with the streams' end.
+func TestARemoteOutputDrainsBytesStillArriving(t *testing.T) {
+	p := newPipeOutput()
+	j := testJob(t)
+	r := newRemoteOutput(p, j)
+	const grace = 2 * time.Second
+	drained := make(chan struct{})
+	go func() {
+		r.drain(grace)
+		close(drained)
+	}()
+	for range 8 { // 8 × 300 ms: more than the grace in all, never near a grace of silence
+		if _, err := p.outW.Write([]byte("0123456789")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	_, _ = p.errW.Write([]byte("e"))
+	p.outW.Close()
+	p.errW.Close()
+	<-drained
+	if released, _ := p.state(); !released {
+		t.Error("drain did not release the FIFOs")
+	}
+	if st := j.Capture().Stat(); st.Seen != 81 {
+		t.Fatalf("%d bytes seen, want 81", st.Seen)
+	}
+}
+
+// TestARemoteOutputHeldSilentIsStopped: a stream that stays open and silent (a stray
+// writer holds its FIFO) is stopped a grace after the drain began; what came before is
+// kept.
+func TestARemoteOutputHeldSilentIsStopped(t *testing.T) {
+	p := newPipeOutput()
+	j := testJob(t)
+	r := newRemoteOutput(p, j)
+	if _, err := p.outW.Write([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	p.errW.Close()
+	r.drain(50 * time.Millisecond) // returns only once both copies returned
+	if _, closed := p.state(); !closed {
+		t.Error("the held stream was not closed")
+	}
+	if st := j.Capture().Stat(); st.Seen != 6 {
+		t.Fatalf("%d bytes seen, want 6", st.Seen)
+	}
+}
