@@ -35,6 +35,7 @@ func TestOpenAPIIsValidAndMatchesTheTypes(t *testing.T) {
 		api.RunCell{}, api.Exception{}, api.Cell{}, api.Output{}, api.CellReply{}, api.Event{},
 		api.RunJob{}, api.JobEnd{}, api.Job{}, api.JobList{}, api.OutputPage{}, api.StopReply{}, api.Upgrade{},
 		api.CreateChild{}, api.Child{}, api.Conflict{}, api.HandBack{}, api.HostState{},
+		api.Function{}, api.FunctionList{}, api.CallFunction{}, api.CallReply{}, api.CallError{}, api.SessionEvent{},
 	}
 	covered := map[string]bool{}
 	for _, v := range types {

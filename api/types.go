@@ -55,15 +55,20 @@ type (
 // Mount is one host directory seen inside the sandbox (sandbox, host, readOnly).
 type Mount = pathmap.Mount
 
-// Limits bound what a session's cells and jobs report.
+// Limits bound what a session's cells and jobs report, and its kernel's memory.
 type Limits struct {
-	// Off keeps every byte (truncation off); the other fields are then ignored.
+	// Off keeps every byte (truncation off); Bytes, Lines and Keep are then ignored.
 	Off bool `json:"off,omitempty"`
 	// Bytes and Lines bound the kept window; zero means the default (50 KiB, 2000 lines).
 	Bytes int64 `json:"bytes,omitempty"`
 	Lines int64 `json:"lines,omitempty"`
 	// Keep is "head" (default) or "tail".
 	Keep string `json:"keep,omitempty"`
+	// KernelMemoryBytes caps the kernel's resident memory: a cell running when it passes
+	// the cap is interrupted (its Cell.Reason is "memory") and the namespace is kept.
+	// Zero means 256 MiB; -1 none. A sampled guard (every 100 ms while cells run), not
+	// an allocator limit: the transport's memory limit stays the hard bound.
+	KernelMemoryBytes int64 `json:"kernel_memory_bytes,omitempty"`
 }
 
 // Session describes a session (POST /sessions, GET /sessions, GET /sessions/{id}).
@@ -147,16 +152,26 @@ type RunCell struct {
 	// BudgetMS is how long the request waits for the cell before it detaches and answers
 	// with the job id. Nil: 60 s. Zero or less: detach at once.
 	BudgetMS *int64 `json:"budget_ms,omitempty"`
+	// TimeoutMS is the cell's own deadline, kept by the kernel: past it the cell is
+	// interrupted (Cell.Reason "timeout"), also after the request detached. Nil, zero or
+	// less: none.
+	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 }
 
 // CellReply is the outcome of a cell: settled (Cell or Error set) or detached (Job to
 // wait on, stop, or read the output of).
 type CellReply struct {
-	// State is "settled" or "detached", or for a retried Idempotency-Key whose cell was
-	// sent to a kernel that is gone, "unknown" (Error says so; it is never run again).
+	// State is "settled" or "detached" (the cell outlived the request's budget and runs
+	// on in the background: read it with GET /sessions/{id}/cells/{cell}, or wait for its
+	// end on GET /sessions/{id}/events), or for a retried Idempotency-Key whose cell was
+	// sent to a kernel that is gone, "unknown" (Error says so; it is never run again). A
+	// read of a cell still running (GET /sessions/{id}/cells/{cell}) is "running".
 	State string `json:"state"`
 	// Job is the id of the job that tracks the cell.
 	Job string `json:"job"`
+	// CellID is the cell's id (GET /sessions/{id}/cells/{cell} reads it by this or by
+	// Job); absent for a cell sent under an Idempotency-Key.
+	CellID string `json:"cell_id,omitempty"`
 	// Cell is how the cell ended, when it settled with its own end.
 	Cell *Cell `json:"cell,omitempty"`
 	// Error says why a settled cell ended without its own end (its kernel ended).
@@ -180,6 +195,11 @@ type Cell struct {
 	Result *string `json:"result"`
 	// Exception is the exception of a cell with status "error".
 	Exception *Exception `json:"exception,omitempty"`
+	// Reason says why the kernel itself interrupted the cell: "memory" when the kernel's
+	// memory passed the session's cap (its namespace is kept); absent otherwise.
+	Reason string `json:"reason,omitempty"`
+	// Note, with Reason, names what the namespace holds and the cap, for people.
+	Note string `json:"note,omitempty"`
 }
 
 // Exception is a cell's Python exception.

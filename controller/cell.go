@@ -64,6 +64,11 @@ type CellResult struct {
 	Result *string
 	// Error is the exception of a cell with status "error", else nil.
 	Error *protocol.CellError
+	// Reason says why the kernel itself interrupted the cell: "memory" (protocol.
+	// ReasonMemory) when its memory passed the session's cap, "" otherwise. Note then
+	// names what the namespace holds and the cap, for people.
+	Reason string
+	Note   string
 	// Upgrade, when set, says that a stale kernel was replaced just before this cell ran
 	// (Session.Upgrade) and what of its namespace was carried over.
 	Upgrade *UpgradeNotice
@@ -162,7 +167,7 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	if c.err != nil {
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
-	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: s.takeNotice(), Lost: s.takeLost()}, nil
+	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Reason: c.res.Reason, Note: c.res.Note, Upgrade: s.takeNotice(), Lost: s.takeLost()}, nil
 }
 
 // forgetCell drops cell id, which was never sent, from the cells in flight.

@@ -36,6 +36,12 @@ func (s *Session) NextCellID() string { return s.nextID("c") }
 // its newest 16), and one it is running ends with its own done: so a cell driven again
 // after a restart runs at most once.
 func (s *Session) ExecuteCell(ctx context.Context, cellID, code string, budget time.Duration, sink Sink) (JobWait, error) {
+	return s.executeCell(ctx, cellID, code, budget, 0, sink)
+}
+
+// executeCell is ExecuteCell with the cell's own deadline, timeoutMS (0: none; see
+// CellOptions.Timeout).
+func (s *Session) executeCell(ctx context.Context, cellID, code string, budget time.Duration, timeoutMS int64, sink Sink) (JobWait, error) {
 	deadline := s.jobs.table.Clock().Now().Add(budget)
 	kc, err := s.kernel(ctx)
 	if err != nil {
@@ -61,7 +67,7 @@ func (s *Session) ExecuteCell(ctx context.Context, cellID, code string, budget t
 	kc.cells[cellID] = r.cell
 	kc.mu.Unlock()
 
-	if err := kc.writeFrame(ctx, protocol.Execute{ID: cellID, Code: code}); err != nil {
+	if err := kc.writeFrame(ctx, protocol.Execute{ID: cellID, Code: code, TimeoutMS: timeoutMS}); err != nil {
 		kc.forgetCell(cellID)
 		r.endWithout(err, jobs.End{})
 		if ctx.Err() != nil {
@@ -76,11 +82,12 @@ func (s *Session) ExecuteCell(ctx context.Context, cellID, code string, budget t
 // runs on the goroutine that ended the cell, without a hop of its own.
 func (r *jobRun) cellEnded() {
 	c := r.cell
+	defer r.s.cellFinished(r)
 	if c.err != nil {
 		r.endWithout(c.err, jobs.End{})
 		return
 	}
-	res := &CellResult{ID: r.frameID, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Upgrade: r.s.takeNotice(), Lost: r.s.takeLost()}
+	res := &CellResult{ID: r.frameID, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Reason: c.res.Reason, Note: c.res.Note, Upgrade: r.s.takeNotice(), Lost: r.s.takeLost()}
 	r.mu.Lock()
 	r.result = res
 	r.mu.Unlock()

@@ -50,9 +50,13 @@ type kernelConn struct {
 
 	mu    sync.Mutex
 	cells map[string]*cellRun
-	jobs  kernelJobs // shell jobs; runs guarded by mu
-	err   error      // set once when the generation ends: why
-	done  chan struct{}
+	// calls are the @remote calls in flight, by call id; functions the @remote functions
+	// the kernel registered, by name.
+	calls     map[string]*callRun
+	functions map[string]Function
+	jobs      kernelJobs // shell jobs; runs guarded by mu
+	err       error      // set once when the generation ends: why
+	done      chan struct{}
 
 	helloCh chan protocol.Hello
 }
@@ -96,10 +100,10 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 		k, err = s.opts.Transport.Start(sctx, transports.Spec{
 			SessionID: s.id,
 			Dir:       s.opts.SandboxDir,
-			Env:       s.opts.Env,
-			FIFODir:   s.jobs.fifoDir,
+			Env:       s.kernelEnv(),
 			Python:    s.opts.Python,
 			Stderr:    stderr,
+			FIFODir:   s.jobs.fifoDir,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("start kernel: %w", err)
@@ -109,11 +113,13 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 	kc := &kernelConn{
 		s: s, k: k, stderr: stderr, resumed: resumed,
 		ctx: kctx, cancel: kcancel,
-		inflight: semaphore.NewWeighted(maxRequestBytesInFlight),
-		cells:    make(map[string]*cellRun),
-		jobs:     newKernelJobs(k),
-		done:     make(chan struct{}),
-		helloCh:  make(chan protocol.Hello, 1),
+		inflight:  semaphore.NewWeighted(maxRequestBytesInFlight),
+		cells:     make(map[string]*cellRun),
+		calls:     make(map[string]*callRun),
+		functions: make(map[string]Function),
+		jobs:      newKernelJobs(k),
+		done:      make(chan struct{}),
+		helloCh:   make(chan protocol.Hello, 1),
 	}
 	kc.stdin = newStdinWriter(k.Stdin(), kc.fail)
 	s.generations.Add(1)
@@ -134,6 +140,10 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 		return nil, fmt.Errorf("start kernel: no hello within %v: %w%s", s.opts.StartTimeout, context.Cause(sctx), stderr.suffix())
 	}
 	s.log.Debug("kernel started", "transport", k.Info().Transport, "pid", kc.hello.PID, "python", kc.hello.Python)
+	s.kernelState(KernelRunning, kc.hello.PID, nil)
+	if resumed {
+		go kc.reloadFunctions() // the earlier controller was told them; this one asks
+	}
 	if dk, ok := k.(transports.Detachable); ok && s.opts.OnKernel != nil {
 		s.opts.OnKernel(dk.Record())
 	}
@@ -252,6 +262,7 @@ func (kc *kernelConn) read() {
 		kc.fail(kc.withOOM(ErrKernelExited))
 	}
 	kc.stdin.stop(kc.endErr())
+	kc.s.kernelState(KernelEnded, kc.hello.PID, kc.endErr())
 	// The session no longer uses this kernel: end it, whatever it is doing.
 	if kerr := kc.k.Kill(context.Background()); kerr != nil {
 		kc.s.log.Warn("kernel kill", "err", kerr)
@@ -309,6 +320,8 @@ func (kc *kernelConn) fail(err error) {
 	kc.err = err
 	cells := kc.cells
 	kc.cells = map[string]*cellRun{}
+	calls := kc.calls
+	kc.calls = map[string]*callRun{}
 	runs := kc.jobs.runs
 	kc.jobs.runs = map[string]*jobRun{}
 	close(kc.done)
@@ -317,6 +330,9 @@ func (kc *kernelConn) fail(err error) {
 	kc.stdin.stop(err)
 	for _, c := range cells {
 		c.finish(nil, err)
+	}
+	for _, c := range calls {
+		c.finish(nil, &RemoteCallError{Code: CallUnreachable, Function: c.function, Err: err})
 	}
 	endJobs(runs, err)
 }
@@ -355,6 +371,9 @@ func (kc *kernelConn) kill(ctx context.Context) error {
 }
 
 func (kc *kernelConn) serves(typ string) bool {
+	if typ == TypeRemoteRegister {
+		return true
+	}
 	h := kc.s.opts.Handler
 	return h != nil && h.Serves(typ)
 }
@@ -383,9 +402,12 @@ func (kc *kernelConn) onRequest(r gate.Request) {
 		req, err := protocol.DecodeHostRequest(line)
 		line = nil
 		var result any
-		if err == nil {
+		switch {
+		case err == nil && req.Type == TypeRemoteRegister:
+			result, err = kc.register(req.Args)
+		case err == nil:
 			result, err = kc.s.opts.Handler.Serve(kc.ctx, req.Type, req.Args)
-		} else {
+		default:
 			err = codedError{code: protocol.CodeInvalid, err: err}
 		}
 		req = protocol.HostRequest{}
@@ -475,6 +497,8 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 	case protocol.Stream:
 		if c := kc.cell(e.ID); c != nil {
 			c.stream(e.Name, e.Text)
+		} else if r := kc.call(e.ID); r != nil {
+			r.stream(e.Text)
 		} else if e.Text != "" {
 			kc.s.log.Info("kernel output", "stream", e.Name, "text", truncateForLog(e.Text))
 		}
@@ -486,9 +510,13 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		kc.mu.Lock()
 		c := kc.cells[e.ID]
 		delete(kc.cells, e.ID)
+		r := kc.calls[e.ID]
+		delete(kc.calls, e.ID)
 		kc.mu.Unlock()
 		if c != nil {
 			c.finish(&e, nil)
+		} else if r != nil {
+			r.finish(&e, nil)
 		}
 	case protocol.Log:
 		kc.s.log.Log(context.Background(), logLevel(e.Level), "kernel: "+e.Message)
@@ -499,6 +527,12 @@ func (kc *kernelConn) cell(id string) *cellRun {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
 	return kc.cells[id]
+}
+
+func (kc *kernelConn) call(id string) *callRun {
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	return kc.calls[id]
 }
 
 func logLevel(l string) slog.Level {

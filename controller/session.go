@@ -69,6 +69,12 @@ type Options struct {
 	SandboxDir string
 	// Env holds extra environment entries for the kernel ("KEY=VALUE"), already mapped.
 	Env []string
+	// KernelMemory caps the kernel's resident memory, in bytes: a guard in the kernel
+	// samples it every 100 ms while cells run and interrupts a cell past it (its result
+	// has Reason "memory"), keeping the namespace. Zero means DefaultKernelMemory
+	// (256 MiB); negative, no cap. It is a sampled guard, not an allocator limit: the
+	// sandbox's own memory limit (container, cgroup) stays the hard bound.
+	KernelMemory int64
 	// Python is the interpreter inside the sandbox (transports.Spec.Python). Empty means
 	// the transport's default ("python3", resolved as the transport documents).
 	Python string
@@ -81,6 +87,9 @@ type Options struct {
 	Bundle string
 	// StartTimeout bounds a kernel's start to its hello. Zero means 30 s.
 	StartTimeout time.Duration
+	// BlockingBudget bounds a @remote call (Session.Call): past it the call answers
+	// timeout. Zero means DefaultBlockingBudget (60 s).
+	BlockingBudget time.Duration
 	// InterruptGrace is how long a cancelled cell may take to end after its interrupt before
 	// its kernel is killed. Zero means 5 s.
 	InterruptGrace time.Duration
@@ -152,8 +161,9 @@ type Session struct {
 	opts Options
 	log  *slog.Logger
 
-	ids  atomic.Uint64 // cell ids
-	jobs jobSet        // shell and cell jobs, set up by Start
+	ids    atomic.Uint64 // cell ids
+	jobs   jobSet        // shell and cell jobs, set up by Start
+	events hub           // what Subscribe tells of
 
 	// generations counts the kernel generations whose reader has not yet killed and
 	// reaped its kernel; Close waits for them all, so no kernel outlives its session.
@@ -309,6 +319,7 @@ func (s *Session) outOfReach(rec transports.Record, since time.Time) {
 	if s.closed || s.resume != nil {
 		return
 	}
+	s.kernelState(KernelReattaching, 0, nil)
 	s.resume = &rec
 	s.resumeBy = since.Add(resumeFor(s.opts.ResumeFor, rec))
 	if s.attaching.CompareAndSwap(false, true) {

@@ -43,7 +43,11 @@ const MaxCommandBytes = 128<<10 - 1
 // An invalid command (ErrInvalidCommand) or truncation (output.ErrInvalidLimits) is
 // refused, starting nothing.
 func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (*jobs.Job, error) {
-	return s.runJob(ctx, command, opts, nil)
+	job, err := s.runJob(ctx, command, opts, nil)
+	if err == nil {
+		s.watchJob(job) // its end is an event (Subscribe)
+	}
+	return job, err
 }
 
 // runJob is RunJob; edit, when not nil, may change the job_run frame before it is sent

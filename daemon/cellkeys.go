@@ -25,7 +25,7 @@ import (
 
 // keyedCell runs the cell of key, or answers it from its record: a wait of its job in
 // this daemon, or a reply (stored, or the state the record says).
-func (s *Server) keyedCell(ctx context.Context, e *entry, key, code string, budget time.Duration, sink controller.Sink) (controller.JobWait, *api.CellReply, error) {
+func (s *Server) keyedCell(ctx context.Context, e *entry, key, code string, budget, timeout time.Duration, sink controller.Sink) (controller.JobWait, *api.CellReply, error) {
 	rec, ok, err := s.store.CellOf(e.id, key)
 	if err != nil {
 		return controller.JobWait{}, nil, err
@@ -42,7 +42,7 @@ func (s *Server) keyedCell(ctx context.Context, e *entry, key, code string, budg
 	if err := s.store.PutCell(e.id, rec); err != nil {
 		return controller.JobWait{}, nil, fmt.Errorf("cell of idempotency key %q not run: %w", key, err)
 	}
-	jw, err := e.sess.ExecuteCell(ctx, id, code, budget, sink)
+	jw, err := e.sess.RunCell(ctx, code, controller.CellOptions{ID: id, Budget: budget, Timeout: timeout, Sink: sink})
 	if err != nil {
 		// Not sent: a retry may run it.
 		if derr := s.store.PutCell(e.id, store.Cell{Key: key, Cell: id, Code: code, State: store.CellUnknown, Epoch: e.epoch}); derr != nil {

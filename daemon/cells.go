@@ -68,16 +68,24 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	budget := budgetOf(req.BudgetMS)
+	var timeout time.Duration
+	if req.TimeoutMS != nil && *req.TimeoutMS > 0 {
+		timeout = time.Duration(min(*req.TimeoutMS, int64(maxBudget/time.Millisecond))) * time.Millisecond
+	}
 	key := r.Header.Get(api.HeaderIdempotencyKey)
 	if len(key) > 256 {
 		writeError(w, fmt.Errorf("idempotency key: %w: at most 256 bytes", errInvalid))
 		return
 	}
+	var cellID string // the cell's id, told in a detached reply; a keyed cell's is its record's
+	if key == "" {
+		cellID = e.sess.NextCellID()
+	}
 	run := func(ctx context.Context, sink controller.Sink) (controller.JobWait, *api.CellReply, error) {
 		if key != "" {
-			return s.keyedCell(ctx, e, key, req.Code, budget, sink)
+			return s.keyedCell(ctx, e, key, req.Code, budget, timeout, sink)
 		}
-		jw, err := e.sess.ExecuteWait(ctx, req.Code, budget, sink)
+		jw, err := e.sess.RunCell(ctx, req.Code, controller.CellOptions{ID: cellID, Budget: budget, Timeout: timeout, Sink: sink})
 		return jw, nil, err
 	}
 	if !wantsNDJSON(r) {
@@ -88,7 +96,9 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 		case stored != nil:
 			writeJSON(w, http.StatusOK, stored)
 		default:
-			writeJSON(w, http.StatusOK, s.cellReply(e, jw))
+			reply := s.cellReply(e, jw)
+			reply.CellID = cellID
+			writeJSON(w, http.StatusOK, reply)
 		}
 		return
 	}
@@ -131,6 +141,7 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 				_ = enc.Encode(api.Event{Type: "result", Result: res.stored})
 			default:
 				reply := s.cellReply(e, res.jw)
+				reply.CellID = cellID
 				_ = enc.Encode(api.Event{Type: "result", Result: &reply})
 			}
 			if flusher != nil {
@@ -164,7 +175,7 @@ func replyOf(e *entry, jw controller.JobWait) api.CellReply {
 	case jobs.Settled:
 		reply.State = "settled"
 		if c := jw.Cell; c != nil {
-			reply.Cell = &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result}
+			reply.Cell = &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result, Reason: c.Reason, Note: c.Note}
 			if c.Error != nil {
 				reply.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
 			}

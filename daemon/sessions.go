@@ -27,10 +27,14 @@ import (
 // Idempotency-Key) or fully undone.
 const startTimeout = 60 * time.Second
 
-// truncation turns API limits into a Truncation (nil: the default).
+// truncation turns API limits into a Truncation (nil: the default), refusing limits
+// that are not valid (a kernel memory cap below -1 too).
 func truncation(l *api.Limits) (output.Truncation, error) {
 	if l == nil {
 		return output.Default(), nil
+	}
+	if l.KernelMemoryBytes < -1 {
+		return output.Truncation{}, fmt.Errorf("limits kernel_memory_bytes %d: %w: a number of bytes, 0 (the default) or -1 (none)", l.KernelMemoryBytes, errInvalid)
 	}
 	if l.Off {
 		return output.Off(), nil
@@ -49,6 +53,14 @@ func truncation(l *api.Limits) (output.Truncation, error) {
 		return output.Truncation{}, fmt.Errorf("limits: %w", err)
 	}
 	return t, nil
+}
+
+// kernelMemory is the kernel memory cap of API limits (controller.Options.KernelMemory).
+func kernelMemory(l *api.Limits) int64 {
+	if l == nil {
+		return 0
+	}
+	return l.KernelMemoryBytes
 }
 
 // startSession checks req, assembles it (launch: its transport, else the Default one)
@@ -125,6 +137,7 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 		Logger:         s.log,
 		Bundle:         s.bundle,
 		Truncation:     trunc,
+		KernelMemory:   kernelMemory(req.Limits),
 		StateDir:       s.opts.StateDir,
 		OnGateDecision: s.metrics.gateDecision,
 		ID:             rec.ID,

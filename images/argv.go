@@ -21,6 +21,10 @@ const (
 	// stub runs site.main() after its hello, so cells can import installed packages
 	// (and a venv's) although the interpreter starts with -S.
 	EnvSite = "KENNEL_KERNEL_SITE"
+	// EnvMemory caps the kernel's resident memory in bytes (a sampled guard: a running
+	// cell past it is interrupted with reason memory; docs/protocol.md, "The memory
+	// cap"). Default 256 MiB; 0 or less: no cap. The controller sets it for every kernel.
+	EnvMemory = "KENNEL_KERNEL_MEMORY_BYTES"
 	// EnvRun names a detached kernel's run directory (docs/protocol.md, "Protocol 2"):
 	// the stub reads its token from fd 0, serves kernel.sock there and watches no owner.
 	EnvRun = "KENNEL_KERNEL_RUN"

@@ -362,7 +362,7 @@ func TestMalformedHostFramesAreLoggedAndSkipped(t *testing.T) {
 	}
 	k.send("call", "rc1", "module", "m", "function", "f", "args", map[string]any{})
 	got := k.until(isDone("rc1"))
-	if e, _ := got[len(got)-1].M["error"].(map[string]any); e["ename"] != "Unserved" {
+	if e, _ := got[len(got)-1].M["error"].(map[string]any); e["ename"] != "RemoteUnknown" || got[len(got)-1].str("reason") != "unknown" {
 		t.Errorf("call: %s", got[len(got)-1])
 	}
 	if got := k.result("c", "'ok'"); got != "'ok'" {

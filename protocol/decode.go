@@ -51,6 +51,10 @@ type Done struct {
 	Status string     // DoneOK, DoneError or DoneInterrupted
 	Result *string    // repr of the final expression, or nil
 	Error  *CellError // nil with DoneOK, set with DoneError
+	// Reason says why the kernel itself interrupted the cell ("memory": its memory cap),
+	// "" otherwise; Note then says so for people.
+	Reason string
+	Note   string
 }
 
 // HostRequest is a blocking call from cell Cell; the host answers with one host_reply of
@@ -314,6 +318,16 @@ func decodeDone(m fields) (d Done, err error) {
 		}
 		if d.Error, err = decodeCellError(raw); err != nil {
 			return Done{}, err
+		}
+	}
+	if _, ok := m["reason"]; ok {
+		if d.Reason, err = m.str(f, "reason"); err != nil {
+			return Done{}, err
+		}
+		if _, ok := m["note"]; ok {
+			if d.Note, err = m.str(f, "note"); err != nil {
+				return Done{}, err
+			}
 		}
 	}
 	switch {

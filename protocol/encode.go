@@ -34,19 +34,26 @@ func appendKey(dst []byte, key string) []byte {
 	return append(dst, '"', ':')
 }
 
-// Execute asks the kernel to run Code as cell ID.
+// Execute asks the kernel to run Code as cell ID. TimeoutMS, when positive, is the
+// cell's own deadline: the kernel interrupts it (reason "timeout") that many
+// milliseconds after it started; it is encoded only when set.
 type Execute struct {
-	ID   string
-	Code string
+	ID        string
+	Code      string
+	TimeoutMS int64
 }
 
 // FrameType returns "execute".
 func (Execute) FrameType() string { return TypeExecute }
 
-// AppendLine appends `{"type":"execute","id":...,"code":...}` and a newline. It never fails.
+// AppendLine appends `{"type":"execute","id":...,"code":...}` (with "timeout_ms" after
+// the code when set) and a newline. It never fails.
 func (f Execute) AppendLine(dst []byte) ([]byte, error) {
 	dst = appendHead(dst, TypeExecute, f.ID)
 	dst = appendString(appendKey(dst, "code"), f.Code)
+	if f.TimeoutMS > 0 {
+		dst = strconv.AppendInt(appendKey(dst, "timeout_ms"), f.TimeoutMS, 10)
+	}
 	return append(dst, '}', '\n'), nil
 }
 
@@ -220,3 +227,44 @@ func (f Shutdown) AppendLine(dst []byte) ([]byte, error) {
 
 // MarshalLine returns the frame's line.
 func (f Shutdown) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
+
+// Call asks the kernel to call @remote function Function of module Module with Args (a
+// JSON object of keyword arguments; nil encodes as {}), as call ID: one done of that id
+// answers it.
+type Call struct {
+	ID       string
+	Module   string
+	Function string
+	Args     json.RawMessage
+}
+
+// FrameType returns "call".
+func (Call) FrameType() string { return TypeCall }
+
+// AppendLine appends `{"type":"call","id":...,"module":...,"function":...,"args":{...}}`
+// and a newline, Args compacted. Args that are not a JSON object (or not UTF-8) are an
+// ErrBadField *FrameError, and dst comes back unchanged.
+func (f Call) AppendLine(dst []byte) ([]byte, error) {
+	n := len(dst)
+	dst = appendHead(dst, TypeCall, f.ID)
+	dst = appendString(appendKey(dst, "module"), f.Module)
+	dst = appendString(appendKey(dst, "function"), f.Function)
+	dst = appendKey(dst, "args")
+	args := bytes.TrimSpace(f.Args)
+	if len(args) == 0 {
+		dst = append(dst, '{', '}')
+	} else {
+		if args[0] != '{' || !utf8.Valid(args) {
+			return dst[:n], badField(TypeCall, "args", "not a JSON object")
+		}
+		buf := bytes.NewBuffer(dst)
+		if err := json.Compact(buf, args); err != nil {
+			return dst[:n], &FrameError{Frame: TypeCall, Field: "args", Err: fmt.Errorf("%w: %w", ErrBadField, err)}
+		}
+		dst = buf.Bytes()
+	}
+	return append(dst, '}', '\n'), nil
+}
+
+// MarshalLine returns the frame's line.
+func (f Call) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }

@@ -44,6 +44,10 @@ const (
 	DoneInterrupted = "interrupted"
 )
 
+// ReasonMemory is a done event's reason for a cell the kernel interrupted because its
+// memory passed the cap (KENNEL_KERNEL_MEMORY_BYTES).
+const ReasonMemory = "memory"
+
 // The stream names of stream and job_output events.
 const (
 	StreamStdout = "stdout"

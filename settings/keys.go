@@ -99,6 +99,15 @@ var keys = []*Key{
 		value:  func(s *Settings) any { return s.Truncation },
 	},
 	{
+		ID: "kernelMemory", Type: "a whole number of bytes, or -1",
+		Scope: ProjectAllowed, Limit: true, Default: json.RawMessage("268435456"),
+		Doc:    "caps the resident memory of `kennel run`'s kernel (KENNEL_KERNEL_MEMORY_BYTES): a cell running past it is interrupted with reason memory and the namespace kept; -1: no cap. A guard sampled every 100 ms, not an allocator limit: the sandbox's memory limit stays the hard bound (daemon sessions take it from the API's limits)",
+		decode: decodeKernelMemory,
+		copyTo: func(d, s *Settings) { d.KernelMemory = s.KernelMemory },
+		isSet:  func(s *Settings) bool { return s.KernelMemory != nil },
+		value:  func(s *Settings) any { return s.KernelMemory },
+	},
+	{
 		ID: "logLevel", Type: `"debug", "info", "warn" or "error"`,
 		Scope: ProjectAllowed, Default: json.RawMessage(`"warn"`),
 		Doc:    "the diagnostics level of `kennel run` and `kennel serve` (--debug: debug)",
@@ -262,6 +271,22 @@ func wholeNumber(n *node) (int64, error) {
 		return 0, fmt.Errorf("%w: %s is not a positive whole number", ErrBadValue, n.num)
 	}
 	return x, nil
+}
+
+// decodeKernelMemory reads the kernel memory cap: a positive whole number of bytes, or -1
+// for none. A malformed cap is dropped: the default cap applies, never none.
+func decodeKernelMemory(n *node, ptr string, s *Settings, bad badFunc) {
+	if n.kind == kNumber && n.num.String() == "-1" {
+		v := int64(-1)
+		s.KernelMemory = &v
+		return
+	}
+	x, err := wholeNumber(n)
+	if err != nil {
+		bad(ptr, fmt.Errorf("%w (or -1: no cap)", err))
+		return
+	}
+	s.KernelMemory = &x
 }
 
 var logLevels = []string{"debug", "info", "warn", "error"}

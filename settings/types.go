@@ -21,6 +21,9 @@ type Settings struct {
 	TrustedProjects []string `json:"trustedProjects,omitempty"`
 	// Truncation bounds every output; nil is the default (50 KiB, 2000 lines, head).
 	Truncation *Truncation `json:"truncation,omitempty"`
+	// KernelMemory caps the kernel's resident memory in bytes (controller.Options.
+	// KernelMemory); nil is the default (256 MiB), -1 none.
+	KernelMemory *int64 `json:"kernelMemory,omitempty"`
 	// LogLevel is the controller's diagnostics level ("debug", "info", "warn", "error");
 	// "" is the default, "warn".
 	LogLevel string `json:"logLevel,omitempty"`

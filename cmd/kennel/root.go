@@ -13,6 +13,6 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newRunCmd(), newVersionCmd(), newWorkspaceCmd(), newConfigCmd(), newHostCmd(), newImageCmd(),
-		newServeCmd(), newPsCmd(), newCreateCmd(), newExecCmd(), newJobsCmd(), newLogsCmd(), newStopCmd(), newRmCmd())
+		newServeCmd(), newPsCmd(), newCreateCmd(), newExecCmd(), newJobsCmd(), newLogsCmd(), newStopCmd(), newRmCmd(), newFunctionsCmd())
 	return root
 }

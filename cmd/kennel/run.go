@@ -178,10 +178,15 @@ func startSession(ctx context.Context, f runFlags, stderr io.Writer) (*controlle
 		logger.Warn("settings: " + w)
 	}
 	truncation := runTruncation(f, r.Settings)
+	var memory int64
+	if m := r.Settings.KernelMemory; m != nil {
+		memory = *m
+	}
 	s, err := controller.Start(ctx, parts.Apply(controller.Options{
-		Bundle:     bundle.Hash(),
-		Logger:     logger,
-		Truncation: truncation,
+		Bundle:       bundle.Hash(),
+		Logger:       logger,
+		Truncation:   truncation,
+		KernelMemory: memory,
 	}))
 	if err != nil {
 		release()

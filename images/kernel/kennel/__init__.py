@@ -19,6 +19,7 @@ __all__ = [
     "PAYLOAD_LIMIT",
     "host_request",
     "display",
+    "remote",
     "fs",
     "jobs",
 ]
@@ -88,6 +89,31 @@ def display(data):
     sent), TypeError or ValueError when ``data`` is not a dict or cannot be encoded.
     """
     return _runtime().display(data)
+
+
+def remote(fn=None, *, name=None):
+    """Offer ``fn`` to the host as a @remote function, called by keyword arguments::
+
+        @kennel.remote
+        def add(a: int, b: int = 1) -> int:
+            "Add two numbers."
+            return a + b
+
+    Registration sends host request ``remote.register`` (name, module, qualified name,
+    docstring, the JSON schema of its keyword arguments from its type hints) and returns
+    ``fn`` unchanged once the host has it; a parameter that cannot be given by keyword
+    (positional-only, ``*args``) is refused with TypeError. ``name`` names it instead of
+    ``fn.__name__``. A host call runs a synchronous function on a thread of its own and an
+    ``async def`` one on the kernel's event loop, on the main thread (it waits while a
+    synchronous cell runs, and one that blocks without awaiting stops the kernel); its value
+    must be strict JSON (NaN, Infinity fail the call as ``unencodable``). Outside a
+    kernel, ``fn`` is returned as it is and nothing is recorded.
+    """
+    if fn is None:
+        return lambda f: remote(f, name=name)
+    if _rt is None:
+        return fn
+    return _rt.remote().register(fn, name)
 
 
 def __getattr__(name):

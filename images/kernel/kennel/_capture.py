@@ -12,6 +12,7 @@ once, owned by the running cell.
 """
 
 import codecs
+import contextvars
 import io
 import os
 import select
@@ -24,6 +25,10 @@ _PUMP_MAX = 1 << 20
 # A drain stops after this many full reads, so a child that keeps writing cannot hold
 # a cell's end forever; the rest goes out as it comes.
 _DRAIN_ROUNDS = 16
+
+# The id whose output what this thread or task writes to sys.stdout and sys.stderr is
+# (a @remote call's), or None: the running cell's.
+owner = contextvars.ContextVar("kennel_owner", default=None)
 
 
 class Pipe:
@@ -151,7 +156,7 @@ class StreamWriter(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
         if text:
-            self._kernel.emit_stream(self._name, text, self._kernel.running)
+            self._kernel.emit_stream(self._name, text, owner.get() or self._kernel.running)
         return len(text)
 
 

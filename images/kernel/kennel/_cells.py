@@ -21,19 +21,30 @@ OK = "ok"
 ERROR = "error"
 INTERRUPTED = "interrupted"
 
+# compile() flag that allows await, async for and async with at a cell's top level, and
+# the code flag of the coroutine such a cell compiles to.
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_CO_COROUTINE = 0x80
+
 
 class Outcome:
-    """How a cell ended: status, result (repr text or None) and error (dict or None)."""
+    """How a cell ended: status, result (repr text or None) and error (dict or None);
+    for a cell the kernel itself interrupted, reason (``memory``) and note (for people)."""
 
-    __slots__ = ("status", "result", "error")
+    __slots__ = ("status", "result", "error", "reason", "note")
 
     def __init__(self, status, result=None, error=None):
         self.status = status
         self.result = result
         self.error = error
+        self.reason = None
+        self.note = None
 
     def fields(self):
-        return (("status", self.status), ("result", self.result), ("error", self.error))
+        fields = (("status", self.status), ("result", self.result), ("error", self.error))
+        if self.reason is not None:
+            fields += (("reason", self.reason), ("note", self.note or ""))
+        return fields
 
 
 def interrupted():
@@ -93,43 +104,101 @@ class Executor:
 
     def run(self, cell_id, code):
         """Run one cell and return its Outcome. Never raises, except KeyboardInterrupt
-        arriving after the cell's own code has ended."""
+        arriving after the cell's own code has ended. A cell with top-level await runs
+        to its end here too (on an event loop of its own); the kernel runs those as
+        tasks instead (prepare, run_async)."""
+        prepared = self.prepare(cell_id, code)
+        if isinstance(prepared, Outcome):
+            return prepared
+        body, tail, is_async = prepared
+        if is_async:
+            import asyncio
+
+            try:
+                return asyncio.new_event_loop().run_until_complete(self.run_async(body, tail))
+            except KeyboardInterrupt:
+                return interrupted()
+        return self.run_prepared(body, tail)
+
+    def prepare(self, cell_id, code):
+        """Compile a cell: (body, tail, is_async), body and tail code objects to exec and
+        to eval (either may be None), is_async when either awaits at top level; or the
+        Outcome of a cell that cannot run (not a string, a syntax error)."""
         if not isinstance(code, str):
             return failure("TypeError", "execute: code must be a string")
         filename = "<cell %s>" % (cell_id,)
         try:
             self._remember(filename, code)
             body, tail = self._compile(code, filename)
+        except KeyboardInterrupt:
+            return interrupted()
+        except BaseException as exc:
+            return self.error(exc)
+        is_async = bool(
+            (body is not None and body.co_flags & _CO_COROUTINE)
+            or (tail is not None and tail.co_flags & _CO_COROUTINE)
+        )
+        return body, tail, is_async
+
+    def run_prepared(self, body, tail):
+        """Run a prepared cell that does not await; its Outcome (see run)."""
+        try:
             if body is not None:
                 exec(body, self.namespace)
             if tail is None:
                 return Outcome(OK)
-            value = eval(tail, self.namespace)
-            if value is None:
-                return Outcome(OK)
-            self.namespace["_"] = value
-            return Outcome(OK, repr(value))
+            return self._result(eval(tail, self.namespace))
         except KeyboardInterrupt:
             return interrupted()
         except BaseException as exc:
             return self.error(exc)
 
+    async def run_async(self, body, tail):
+        """Run a prepared cell that awaits at top level, as a coroutine; its Outcome. An
+        interrupt (KeyboardInterrupt in its code, or the task's cancellation) ends it
+        interrupted."""
+        import asyncio
+
+        try:
+            if body is not None:
+                value = eval(body, self.namespace)
+                if body.co_flags & _CO_COROUTINE:
+                    await value
+            if tail is None:
+                return Outcome(OK)
+            value = eval(tail, self.namespace)
+            if tail.co_flags & _CO_COROUTINE:
+                value = await value
+            return self._result(value)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return interrupted()
+        except BaseException as exc:
+            return self.error(exc)
+
+    def _result(self, value):
+        if value is None:
+            return Outcome(OK)
+        self.namespace["_"] = value
+        return Outcome(OK, repr(value))
+
     def _compile(self, code, filename):
         """Compile a cell to (statements, last expression): code objects to exec and to
-        eval, either of them None."""
+        eval, either of them None. Top-level await is allowed: such a code object is a
+        coroutine's (CO_COROUTINE), which eval returns unstarted."""
+        flags = _TOP_LEVEL_AWAIT
         try:
             # Fast path: the whole cell is one expression.
-            return None, compile(code, filename, "eval", dont_inherit=True)
+            return None, compile(code, filename, "eval", flags, dont_inherit=True)
         except SyntaxError:
             pass
         tree = ast.parse(code, filename, "exec")
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             # Run the statements before the last expression, then evaluate it.
             last = tree.body.pop()
-            body = compile(tree, filename, "exec", dont_inherit=True) if tree.body else None
-            tail = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
+            body = compile(tree, filename, "exec", flags, dont_inherit=True) if tree.body else None
+            tail = compile(ast.Expression(last.value), filename, "eval", flags, dont_inherit=True)
             return body, tail
-        return compile(tree, filename, "exec", dont_inherit=True), None
+        return compile(tree, filename, "exec", flags, dont_inherit=True), None
 
     def error(self, exc):
         """The error Outcome of exception ``exc``."""

@@ -117,7 +117,7 @@ class Writer:
                 kernel.critical -= 1
                 if not kernel.critical and kernel.pending_interrupt:
                     kernel.pending_interrupt = False
-                    if kernel.running is not None:
+                    if kernel.current() is not None:
                         raise KeyboardInterrupt
 
     def seal(self, timeout):

@@ -65,7 +65,7 @@ class Requests:
             raise TypeError("host_request: type must be a non-empty string")
         kernel = self._kernel
         request_id = "h%d" % next(self._ids)
-        cell = kernel.running or ""
+        cell = kernel.owner()
         frame = _frames.encode(
             "host_request", request_id, (("type", kind), ("cell", cell), ("args", args))
         )
