@@ -158,10 +158,10 @@ type RunCell struct {
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
 }
 
-// CellReply is the outcome of a cell: settled (Cell or Error set) or detached (Job to
-// wait on, stop, or read the output of).
+// CellReply is the outcome of a cell: settled (Cell or Error set) or backgrounded (Job
+// to wait on, stop, or read the output of).
 type CellReply struct {
-	// State is "settled" or "detached" (the cell outlived the request's budget and runs
+	// State is "settled" or "backgrounded" (the cell outlived the request's budget and runs
 	// on in the background: read it with GET /sessions/{id}/cells/{cell}, or wait for its
 	// end on GET /sessions/{id}/events), or for a retried Idempotency-Key whose cell was
 	// sent to a kernel that is gone, "unknown" (Error says so; it is never run again). A

@@ -192,7 +192,7 @@ func TestCellsSettleDetachAndPageTheirOutput(t *testing.T) {
 	}
 	// Detached: the cell goes on as a job; its output is paged; a stop ends it.
 	rep, err = r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import time\nprint('a'*100000, flush=True)\ntime.sleep(60)", BudgetMS: ms(300)})
-	if err != nil || rep.State != "detached" || rep.Job == "" {
+	if err != nil || rep.State != "backgrounded" || rep.Job == "" {
 		t.Fatalf("detached cell: %+v %v", rep, err)
 	}
 	jl, err := r.c.Jobs(ctx, s.ID)

@@ -94,7 +94,7 @@ func TestABackgroundedCellIsReadByIDAndAnnouncedOnce(t *testing.T) {
 
 	// A 3 s cell that awaits, under a 1 s budget: detached, with its id.
 	slow, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import asyncio\nprint('begun', flush=True)\nawait asyncio.sleep(3)\n'slow done'", BudgetMS: ms(1000)})
-	if err != nil || slow.State != "detached" || slow.CellID == "" || slow.Output.Text != "begun\n" {
+	if err != nil || slow.State != "backgrounded" || slow.CellID == "" || slow.Output.Text != "begun\n" {
 		t.Fatalf("the slow cell: %+v %v", slow, err)
 	}
 	// Another cell runs and ends meanwhile.
@@ -115,7 +115,7 @@ func TestABackgroundedCellIsReadByIDAndAnnouncedOnce(t *testing.T) {
 	}
 	// A synchronous cell's own deadline fires after its request detached.
 	held, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import time\ntime.sleep(60)", BudgetMS: ms(100), TimeoutMS: ms(600)})
-	if err != nil || held.State != "detached" {
+	if err != nil || held.State != "backgrounded" {
 		t.Fatalf("the held cell: %+v %v", held, err)
 	}
 	evs := events.await(t, "of the held cell's end", func(ev api.SessionEvent) bool { return ev.Type == "cell" && ev.CellID == held.CellID })
@@ -152,7 +152,7 @@ func TestTheSeventeenthCellThatAwaitsWaitsForASlot(t *testing.T) {
 	var cells []*api.CellReply
 	for i := 0; i < 17; i++ {
 		rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: fmt.Sprintf("import asyncio\nprint('started %d', flush=True)\nawait asyncio.sleep(3600)", i), BudgetMS: ms(0)})
-		if err != nil || rep.State != "detached" {
+		if err != nil || rep.State != "backgrounded" {
 			t.Fatalf("cell %d: %+v %v", i, rep, err)
 		}
 		cells = append(cells, rep)

@@ -72,7 +72,7 @@ func (s *Server) answerKeyed(ctx context.Context, e *entry, rec store.Cell, budg
 		}
 		// Sent by an earlier daemon and not yet driven again (its kernel is being
 		// reattached): ask again later.
-		return controller.JobWait{}, &api.CellReply{State: "detached", Job: rec.Job, Output: api.Output{Text: ""}}, nil
+		return controller.JobWait{}, &api.CellReply{State: "backgrounded", Job: rec.Job, Output: api.Output{Text: ""}}, nil
 	}
 	return controller.JobWait{}, &api.CellReply{State: store.CellUnknown, Job: rec.Job, Output: api.Output{Text: ""},
 		Error: &api.Error{Status: http.StatusOK, Code: api.CodeUnknown, Message: fmt.Sprintf("cell of idempotency key %q: it was sent to a kernel that is gone; whether it ran is unknown, and it is not run again", rec.Key)}}, nil

@@ -189,7 +189,7 @@ func replyOf(e *entry, jw controller.JobWait) api.CellReply {
 			reply.Error = toAPI(jw.Err)
 		}
 	default:
-		reply.State = "detached"
+		reply.State = "backgrounded"
 	}
 	return reply
 }

@@ -70,7 +70,7 @@ func newMetrics(r *registry, log *slog.Logger) *metrics {
 	// (HTTPErrorOnError would answer a plain-text 500 the API does not document).
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeLog{log}})
 	m.keptBytes, m.droppedBytes = m.jobBytes.WithLabelValues("kept"), m.jobBytes.WithLabelValues("dropped")
-	m.cellsSettled, m.cellsDetached = m.cells.WithLabelValues("settled"), m.cells.WithLabelValues("detached")
+	m.cellsSettled, m.cellsDetached = m.cells.WithLabelValues("settled"), m.cells.WithLabelValues("backgrounded")
 	return m
 }
 

@@ -329,7 +329,7 @@ func TestEveryReplyIsInTheOpenAPIDocument(t *testing.T) {
 		body: js(`{"code":"import sys\nprint(1, flush=True)\nprint(2, file=sys.stderr)\n'x'"}`), valid: true, status: 200})
 	det := decode[api.CellReply](t, v.do(t, exchange{method: "POST", target: sid + "/cells",
 		body: js(`{"code":"import time\nprint('a'*1000, flush=True)\ntime.sleep(60)","budget_ms":200}`), valid: true, status: 200}))
-	if det.State != "detached" {
+	if det.State != "backgrounded" {
 		t.Fatalf("the detached cell: %+v", det)
 	}
 	for _, ex := range []exchange{

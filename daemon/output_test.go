@@ -150,7 +150,7 @@ func TestAnInterruptedCellJobReadsInterrupted(t *testing.T) {
 	ctx := context.Background()
 	s := r.newSession(t)
 	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import time\nprint('started', flush=True)\ntime.sleep(60)", BudgetMS: ms(100)})
-	if err != nil || rep.State != "detached" {
+	if err != nil || rep.State != "backgrounded" {
 		t.Fatalf("cell: %v %+v", err, rep)
 	}
 	// Stop it once it runs: an interrupt before the kernel starts a cell does nothing.

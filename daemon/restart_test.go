@@ -138,7 +138,7 @@ func TestAKeyedCellRunsOnceAcrossARestart(t *testing.T) {
 	r := serveDetaching(t, daemon.Options{StateDir: state})
 	s := r.newSession(t)
 	rep, err := r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: code, BudgetMS: &zero})
-	if err != nil || rep.State != "detached" {
+	if err != nil || rep.State != "backgrounded" {
 		t.Fatalf("the first send: %+v, %v", rep, err)
 	}
 	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k1", api.RunCell{Code: "other"}); err == nil {
@@ -171,7 +171,7 @@ func TestAKeyedCellRunsOnceAcrossARestart(t *testing.T) {
 	}
 
 	// A cell sent, then its kernel killed while no daemon runs: unknown, not run again.
-	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k2", api.RunCell{Code: code, BudgetMS: &zero}); err != nil || rep.State != "detached" {
+	if rep, err = r.c.RunCellOnce(ctx, s.ID, "k2", api.RunCell{Code: code, BudgetMS: &zero}); err != nil || rep.State != "backgrounded" {
 		t.Fatalf("k2: %+v, %v", rep, err)
 	}
 	view, _ := r.c.Session(ctx, s.ID)

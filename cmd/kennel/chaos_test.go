@@ -132,7 +132,7 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 				var first *api.CellReply
 				for deadline := time.Now().Add(60 * time.Second); ; {
 					rep, err := lc.RunCellOnce(ctx, id, key, api.RunCell{Code: code})
-					if err != nil || rep.State == "detached" {
+					if err != nil || rep.State == "backgrounded" {
 						if time.Now().After(deadline) {
 							t.Errorf("key %s: no answer within 60 s: %+v, %v", key, rep, err)
 							return
@@ -146,7 +146,7 @@ func TestChaosSIGKILLedDaemonLosesNoCell(t *testing.T) {
 				// A second ask of the same key is the same answer.
 				for {
 					again, err := lc.RunCellOnce(ctx, id, key, api.RunCell{Code: code})
-					if err != nil || again.State == "detached" {
+					if err != nil || again.State == "backgrounded" {
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}

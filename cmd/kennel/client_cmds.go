@@ -158,7 +158,7 @@ func newExecCmd() *cobra.Command {
 		Short: "Run cells in a session, streaming their output",
 		Long: `Run each -c as one cell in the session and stream its output. A cell's final value is
 printed; a failing cell prints its traceback and kennel exits 1. A cell still running after
---budget detaches: kennel prints its job (SESSION/JOB, for kennel logs and kennel stop) and
+--budget is backgrounded: kennel prints its job (SESSION/JOB, for kennel logs and kennel stop) and
 exits 3. With --json each cell's reply is printed as JSON instead.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -218,7 +218,7 @@ exits 3. With --json each cell's reply is printed as JSON instead.`,
 		},
 	}
 	cmd.Flags().StringArrayVarP(&codes, "code", "c", nil, "a cell of Python code (repeatable)")
-	cmd.Flags().DurationVar(&budget, "budget", 0, "detach a cell still running after this long (default 60s)")
+	cmd.Flags().DurationVar(&budget, "budget", 0, "background a cell still running after this long (default 60s): it runs on, kennel prints its job and exits 3")
 	f.add(cmd)
 	return cmd
 }
@@ -226,9 +226,9 @@ exits 3. With --json each cell's reply is printed as JSON instead.`,
 // cellExit prints a cell's end (when human) and turns it into kennel's exit.
 func cellExit(rep *api.CellReply, session string, out, errOut io.Writer, human bool) error {
 	switch {
-	case rep.State == "detached":
+	case rep.State == "backgrounded":
 		if human {
-			fmt.Fprintf(errOut, "kennel: cell detached: job %s/%s\n", session, rep.Job)
+			fmt.Fprintf(errOut, "kennel: cell backgrounded: job %s/%s\n", session, rep.Job)
 		}
 		return &exitError{code: 3}
 	case rep.Cell == nil:
