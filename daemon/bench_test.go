@@ -371,6 +371,7 @@ func startJupyter(b *testing.B, code string) timedRun {
 	}
 	cmd := exec.Command(jupyterPython, "-c", jupyterDriver, code)
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1") // ipykernel's debugger warning, once per kernel
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)

@@ -129,7 +129,8 @@ func TestDetachedUnreadConnectionDoesNotStallTheKernel(t *testing.T) {
 	k := startDetached(t, detachedOpts{})
 	c1, _ := k.attach(0, 60)
 	mark := filepath.Join(t.TempDir(), "ended")
-	code := fmt.Sprintf("for i in range(20000):\n    print(i)\nopen(%q, 'w').close()", mark)
+	// stdout and stderr in turn: each switch ends a coalesced stream frame, so 40,000 frames.
+	code := fmt.Sprintf("import sys\nfor i in range(20000):\n    print(i)\n    print(i, file=sys.stderr)\nopen(%q, 'w').close()", mark)
 	c1.send(1, 0, hostFrame("execute", "c1", "code", code))
 	eventually(t, "the cell ends unread", func() bool {
 		_, err := os.Stat(mark)

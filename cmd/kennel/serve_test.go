@@ -91,8 +91,8 @@ func TestServeAndTheClientVerbs(t *testing.T) {
 		t.Fatalf("exec --json: %d %q", code, out)
 	}
 	out, errOut, code = runVerb(t, newExecCmd, append(s, id, "--budget", "200ms", "-c", "print('partial', flush=True)\nimport time\ntime.sleep(60)")...)
-	if code != 3 || !strings.Contains(errOut, "detached: job "+id+"/j5") {
-		t.Fatalf("exec detached: %d %q %q", code, out, errOut)
+	if code != 3 || !strings.Contains(errOut, "backgrounded: job "+id+"/j5") {
+		t.Fatalf("exec backgrounded: %d %q %q", code, out, errOut)
 	}
 	out, _, code = runVerb(t, newJobsCmd, append(s, id)...)
 	if code != 0 || !strings.Contains(out, id+"/j5") || !strings.Contains(out, "running") {

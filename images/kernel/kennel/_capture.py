@@ -7,8 +7,9 @@ that cell's (Kernel.output_owner); at the end of a cell the kernel drains both p
 under the cell's id before writing its ``done``, so all a cell and its children wrote
 before it ended comes before its ``done`` and under its id.
 
-sys.stdout and sys.stderr are replaced by writers that send each write as a frame at
-once, owned by the running cell.
+sys.stdout and sys.stderr are replaced by writers whose writes go out as stream frames of
+the running cell, coalesced (_frames.Writer.stream: within 2 ms, before the cell's next
+other frame and its done, or at flush()).
 """
 
 import codecs
@@ -150,7 +151,7 @@ class StreamWriter(io.TextIOBase):
         return self._fd
 
     def flush(self):
-        pass
+        self._kernel.writer.flush()
 
     def write(self, text):
         if not isinstance(text, str):

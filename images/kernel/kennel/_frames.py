@@ -9,6 +9,7 @@ while it writes (see Kernel.critical), so no frame is ever cut.
 import json
 import os
 import threading
+import time
 
 # Limits of docs/protocol.md.
 LINE_LIMIT = 32 << 20
@@ -77,6 +78,14 @@ def _write_all(fd, data):
         view = view[written:]
 
 
+# Stream text is coalesced: consecutive writes of the same stream of the same owner are
+# held and sent as one frame once COALESCE_CHARS are pending, COALESCE_DELAY seconds after
+# the first, before any other frame (a done, a display, a host request: the order of
+# everything an owner sends is kept), or at flush.
+COALESCE_CHARS = STREAM_CHUNK
+COALESCE_DELAY = 0.002
+
+
 class Writer:
     """Writes whole frames to the frame channel, one at a time.
 
@@ -84,6 +93,10 @@ class Writer:
     ``send``: the link's Link.send, which takes a whole frame without ever waiting on a
     socket and never fails. Safe for concurrent use by any thread. Once a write fails
     (the host is gone), every later write is dropped and reports False.
+
+    Stream text (``stream``) is coalesced (see COALESCE_CHARS): the frames on the channel
+    carry the same text in the same order as if each write had been its own frame, cut
+    at other boundaries.
     """
 
     def __init__(self, fd, kernel, send=None):
@@ -91,34 +104,116 @@ class Writer:
         self._send = send
         self._kernel = kernel
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # the flusher waits on it
         self._broken = False
+        self._pend = []  # stream text waiting, of (_pend_owner, _pend_name)
+        self._pend_size = 0
+        self._pend_owner = None
+        self._pend_name = None
+        self._pend_since = 0.0
+        self._flusher = None
 
-    def write(self, data):
-        """Write one encoded frame whole; return False when the channel is broken."""
+    def _raw(self, data):
+        """Under the lock: put ``data`` on the channel; False once it is broken."""
+        if self._broken:
+            return False
+        try:
+            if self._send is not None:
+                self._send(data)
+            else:
+                _write_all(self._fd, data)
+        except OSError:
+            self._broken = True
+            return False
+        return True
+
+    def _flush_locked(self):
+        """Under the lock: send the pending stream text as frames."""
+        if not self._pend:
+            return not self._broken
+        text = "".join(self._pend)
+        self._pend = []
+        self._pend_size = 0
+        owner, name = self._pend_owner, self._pend_name
+        ok = True
+        step = STREAM_CHUNK
+        for i in range(0, len(text), step):
+            ok = self._raw(encode("stream", owner, (("name", name), ("text", text[i : i + step])))) and ok
+        return ok
+
+    def _enter(self):
         kernel = self._kernel
         on_main = threading.get_ident() == kernel.main_ident
         if on_main:
             kernel.critical += 1
+        return on_main
+
+    def _leave(self, on_main):
+        if on_main:
+            kernel = self._kernel
+            kernel.critical -= 1
+            if not kernel.critical and kernel.pending_interrupt:
+                kernel.pending_interrupt = False
+                if kernel.current() is not None:
+                    raise KeyboardInterrupt
+
+    def write(self, data):
+        """Write one encoded frame whole, after the stream text pending; return False when
+        the channel is broken."""
+        on_main = self._enter()
+        try:
+            with self._lock:
+                self._flush_locked()
+                return self._raw(data)
+        finally:
+            self._leave(on_main)
+
+    def stream(self, owner, name, text):
+        """Send ``text`` (a non-empty str) as output ``name`` of ``owner`` (a frame id, ""
+        for none), coalesced with the writes before and after it; False when the channel
+        is broken."""
+        on_main = self._enter()
         try:
             with self._lock:
                 if self._broken:
                     return False
-                try:
-                    if self._send is not None:
-                        self._send(data)
-                    else:
-                        _write_all(self._fd, data)
-                except OSError:
-                    self._broken = True
-                    return False
+                if self._pend and (self._pend_owner != owner or self._pend_name != name):
+                    self._flush_locked()
+                if not self._pend:
+                    self._pend_owner, self._pend_name = owner, name
+                    self._pend_since = time.monotonic()
+                    if self._flusher is None:
+                        self._flusher = threading.Thread(target=self._flush_loop, name="kennel-flush", daemon=True)
+                        self._flusher.start()
+                    self._cond.notify()
+                self._pend.append(text)
+                self._pend_size += len(text)
+                if self._pend_size >= COALESCE_CHARS:
+                    return self._flush_locked()
                 return True
         finally:
-            if on_main:
-                kernel.critical -= 1
-                if not kernel.critical and kernel.pending_interrupt:
-                    kernel.pending_interrupt = False
-                    if kernel.current() is not None:
-                        raise KeyboardInterrupt
+            self._leave(on_main)
+
+    def flush(self):
+        """Send the pending stream text now."""
+        on_main = self._enter()
+        try:
+            with self._lock:
+                return self._flush_locked()
+        finally:
+            self._leave(on_main)
+
+    def _flush_loop(self):
+        with self._cond:
+            while True:
+                while not self._pend:
+                    self._cond.wait()
+                due = self._pend_since + COALESCE_DELAY
+                now = time.monotonic()
+                if now < due:
+                    self._cond.wait(due - now)
+                    continue
+                self._flush_locked()
 
     def seal(self, timeout):
         """Drop every later write (the process is about to exit). Waits up to ``timeout``
@@ -127,8 +222,11 @@ class Writer:
         if not self._lock.acquire(timeout=timeout):
             self._broken = True
             return False
-        self._broken = True
-        self._lock.release()
+        try:
+            self._flush_locked()
+        finally:
+            self._broken = True
+            self._lock.release()
         return True
 
     def frame(self, event, frame_id, fields=()):

@@ -185,10 +185,9 @@ class Kernel:
             self.output_owner = None
 
     def emit_stream(self, name, text, owner):
-        """Send ``text`` as stream frames of cell ``owner`` (None or "" for no cell)."""
-        owner = owner or ""
-        for piece in _capture.chunks(text):
-            self.writer.frame("stream", owner, (("name", name), ("text", piece)))
+        """Send ``text`` as stream frames of cell ``owner`` (None or "" for no cell),
+        coalesced with the writes around it (_frames.Writer.stream)."""
+        self.writer.stream(owner or "", name, text)
 
     def drain_output(self, owner):
         """Forward what fds 1 and 2 hold now as output of cell ``owner``."""

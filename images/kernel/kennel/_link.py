@@ -720,10 +720,11 @@ class Source:
                 except OSError as exc:
                     why = "read failed: %s" % (exc,)
                     break
+                if n:
+                    conn.heard = time.monotonic()  # under conn.lock: _check_heard reads it there
             if not n:
                 why = "end of stream"
                 break
-            conn.heard = time.monotonic()
             buf = conn.inbuf
             if not buf and self._chunk.find(b"\n", 0, n) == n - 1:
                 why = self._one(conn, bytes(view[:n]))  # the common case: one whole line
@@ -1199,11 +1200,13 @@ class Link:
         conn = self._conn
         if conn is None or conn.heartbeat <= 0:
             return
-        silent = time.monotonic() - conn.heard
-        if silent < 3 * conn.heartbeat:
+        if time.monotonic() - conn.heard < 3 * conn.heartbeat:
             return
         with conn.lock:
-            if not conn.open:
+            # Both under the lock the reads take: a read that took the bytes since the
+            # first look has moved conn.heard.
+            silent = time.monotonic() - conn.heard
+            if not conn.open or silent < 3 * conn.heartbeat:
                 return
             try:
                 readable = bool(select.select([conn.fd], [], [], 0)[0])

@@ -1,0 +1,143 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/client"
+	"github.com/kennel-dev/kennel/daemon"
+	"github.com/kennel-dev/kennel/internal/testneed"
+)
+
+// bigOutputCell prints 50,000 lines of 1,000 characters (999 and a newline): 50,000,000 bytes of stdout (issue
+// 20, item 1).
+const bigOutputCell = "line = 'x' * 999\nfor _ in range(50000):\n    print(line)"
+
+// bigOutputBytes is what bigOutputCell writes.
+const bigOutputBytes = 50000 * 1000
+
+// jupyterOutputDriver is a jupyter_client program that starts an ipykernel, runs the cell
+// in argv[1] twice to warm up, prints "ready", and then runs it once for each line it
+// reads on stdin, printing that run's time in nanoseconds from execute to the last byte
+// of its stream output on iopub (the kernel's idle status for it comes after the last
+// stream message), having checked that argv[2] characters arrived.
+const jupyterOutputDriver = `
+import sys, time
+from jupyter_client.manager import start_new_kernel
+
+km, kc = start_new_kernel(kernel_name="python3")
+code, want = sys.argv[1], int(sys.argv[2])
+
+def run():
+    t0 = time.perf_counter_ns()
+    mid = kc.execute(code)
+    got = 0
+    last = t0
+    while True:
+        m = kc.get_iopub_msg(timeout=120)
+        if m["parent_header"].get("msg_id") != mid:
+            continue
+        if m["msg_type"] == "stream":
+            got += len(m["content"]["text"])
+            last = time.perf_counter_ns()
+        elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+            break
+    if got != want:
+        raise SystemExit("got %d characters, want %d" % (got, want))
+    kc.get_shell_msg(timeout=30)
+    return last - t0
+
+try:
+    for _ in range(2):
+        run()
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print(run(), flush=True)
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+`
+
+// BenchmarkCellOutputOverJupyter is issue 20's item 1: a cell printing 50 MB, its output
+// streamed through kennel's API with truncation off (every byte delivered), time from the
+// request to the last byte of stream output, beside the same cell through jupyter_client
+// to an ipykernel (Debian's packages) to the last byte of its stream messages,
+// interleaved; api/jupyter is the ratio of the medians (the target: at most 0.5).
+func BenchmarkCellOutputOverJupyter(b *testing.B) {
+	if err := exec.Command(jupyterPython, "-c", "import ipykernel, jupyter_client").Run(); err != nil {
+		testneed.Missing(b, "Jupyter (Debian's python3-ipykernel and python3-jupyter-client for "+jupyterPython+")", err)
+	}
+	cmd := exec.Command(jupyterPython, "-c", jupyterOutputDriver, bigOutputCell, strconv.Itoa(bigOutputBytes))
+	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1") // ipykernel's debugger warning, once per kernel
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		b.Fatalf("jupyter driver: %q %v", out.Text(), out.Err())
+	}
+	jup := func() (time.Duration, error) {
+		if _, err := io.WriteString(stdin, "\n"); err != nil {
+			return 0, fmt.Errorf("jupyter driver: %w", err)
+		}
+		if !out.Scan() {
+			return 0, fmt.Errorf("jupyter driver ended: %v", out.Err())
+		}
+		ns, err := strconv.ParseInt(out.Text(), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("jupyter driver printed %q", out.Text())
+		}
+		return time.Duration(ns), nil
+	}
+	r := serve(b, daemon.Options{})
+	ctx := context.Background()
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: b.TempDir(), Limits: &api.Limits{Off: true}}, client.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	kennel := func() (time.Duration, error) {
+		start := time.Now()
+		var got int
+		var last time.Time
+		rep, err := r.c.StreamCell(ctx, s.ID, api.RunCell{Code: bigOutputCell}, func(ev api.Event) {
+			if ev.Type == "stream" {
+				got += len(ev.Text)
+				last = time.Now()
+			}
+		})
+		if err != nil {
+			return 0, err
+		}
+		if rep.Cell == nil || rep.Cell.Status != "ok" || got != bigOutputBytes {
+			return 0, fmt.Errorf("reply %+v, %d bytes streamed, want %d", rep, got, bigOutputBytes)
+		}
+		return last.Sub(start), nil
+	}
+	for range 2 { // warm, as the driver is
+		if _, err := kennel(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	interleave(b, "api", kennel, "jupyter", jup)
+}
