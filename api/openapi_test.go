@@ -30,7 +30,7 @@ func TestOpenAPIIsValidAndMatchesTheTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := []any{
-		api.Error{}, api.ErrorBody{}, api.Span{}, api.Mount{}, api.Transport{}, api.Local{}, api.Docker{}, api.SSH{}, api.Containerd{}, api.Limits{},
+		api.Error{}, api.ErrorBody{}, api.Span{}, api.Mount{}, api.Transport{}, api.Local{}, api.Docker{}, api.SSH{}, api.Containerd{}, api.Kubernetes{}, api.Limits{},
 		api.CreateSession{}, api.RunningJob{}, api.Kernel{}, api.Session{}, api.SessionList{},
 		api.RunCell{}, api.Exception{}, api.Cell{}, api.Output{}, api.CellReply{}, api.Event{},
 		api.RunJob{}, api.JobEnd{}, api.Job{}, api.JobList{}, api.OutputPage{}, api.StopReply{}, api.Upgrade{},

@@ -44,12 +44,13 @@ func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 // sessionspec (the kernelTransport setting's form), checked as it is decoded.
 type Transport = sessionspec.Transport
 
-// Local, Docker, SSH and Containerd are the kinds' own fields of a Transport.
+// Local, Docker, SSH, Containerd and Kubernetes are the kinds' own fields of a Transport.
 type (
 	Local      = sessionspec.Local
 	Docker     = sessionspec.Docker
 	SSH        = sessionspec.SSH
 	Containerd = sessionspec.Containerd
+	Kubernetes = sessionspec.Kubernetes
 )
 
 // Mount is one host directory seen inside the sandbox (sandbox, host, readOnly).

@@ -23,6 +23,7 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/kubernetes"
 	"github.com/kennel-dev/kennel/transports/local"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/wrapped"
@@ -43,6 +44,10 @@ type Options struct {
 	// Containerd carries the graces (and, for tests, the rest of the options) of the
 	// containerd transport; a description's fields take precedence.
 	Containerd containerd.Options
+	// Kubernetes carries the graces (and, for tests, the rest of the options) of the
+	// Kubernetes transport; a description's fields take precedence. With RunDir set its
+	// kernels are detached (Kubernetes.Detached).
+	Kubernetes kubernetes.Options
 	// Hosts configures the ssh connections the Kit keeps (one per host, shared by its
 	// sessions).
 	Hosts ssh.HostsOptions
@@ -52,7 +57,8 @@ type Options struct {
 	// outlive the controller and are reached again from their records. Local, Docker
 	// run-mode and containerd kernels get their run directories under it (Local.RunDir,
 	// Docker.RunDir, Containerd.RunDir, unless those are set); ssh kernels run detached on
-	// their hosts (SSH.Detached). The
+	// their hosts (SSH.Detached), Kubernetes kernels beside a bridge in their pods
+	// (Kubernetes.Detached). The
 	// daemon sets it; `kennel run` leaves it empty (its kernel ends with the command).
 	RunDir string
 }
@@ -70,8 +76,12 @@ type Kit struct {
 	swept  bool
 	hosts  *ssh.Hosts
 	// ctrd holds the containerd clients by address, each swept once.
-	ctrd   map[string]*ctrdclient.Client
-	closed bool
+	ctrd map[string]*ctrdclient.Client
+	// kube holds the Kubernetes clients by kubeconfig and context, each namespace swept
+	// once (kubeSwept).
+	kube      map[kubeKey]*kubernetes.Client
+	kubeSwept map[string]bool
+	closed    bool
 }
 
 // New returns a Kit that has started and connected nothing yet.
@@ -93,6 +103,7 @@ func New(opts Options) *Kit {
 			opts.Containerd.RunDir = opts.RunDir
 		}
 		opts.SSH.Detached = true
+		opts.Kubernetes.Detached = true
 	}
 	return &Kit{opts: opts}
 }
@@ -194,6 +205,8 @@ func (k *Kit) Assemble(ctx context.Context, spec *sessionspec.Transport, dir str
 		err = k.ssh(ctx, spec, p)
 	case sessionspec.KindContainerd:
 		err = k.containerd(ctx, spec, dir, p)
+	case sessionspec.KindKubernetes:
+		err = k.kubernetes(ctx, spec, dir, p)
 	default:
 		err = fmt.Errorf("assemble: kind %q: %w", kind, sessionspec.ErrInvalid)
 	}
@@ -605,4 +618,144 @@ func (k *Kit) containerdClient(ctx context.Context, addr string) (*ctrdclient.Cl
 	}
 	k.ctrd[addr] = cli
 	return cli, nil
+}
+
+// kubeKey names a cluster connection: a kubeconfig file and a context of it.
+type kubeKey struct{ config, context string }
+
+// kubernetesOptions is the transport's options for d, the description's kubernetes
+// fields, with mounts as its hostPath volumes.
+func (k *Kit) kubernetesOptions(d *sessionspec.Kubernetes, mounts []pathmap.Mount) (kubernetes.Options, error) {
+	o := k.opts.Kubernetes
+	if d.Namespace != "" {
+		o.Namespace = d.Namespace
+	}
+	if d.Image != "" {
+		o.Image = d.Image
+	}
+	if d.Node != "" {
+		o.Node = d.Node
+	}
+	if d.User != "" {
+		o.User = d.User
+	}
+	if d.Network == "cluster" {
+		o.AllowNetwork = true
+	}
+	mem, err := d.MemoryBytes()
+	if err != nil {
+		return o, err
+	}
+	if mem != 0 {
+		o.Memory = mem
+	}
+	nano, err := d.NanoCPUs()
+	if err != nil {
+		return o, err
+	}
+	switch {
+	case nano < 0:
+		o.MilliCPU = -1
+	case nano > 0:
+		o.MilliCPU = max(1, nano/1_000_000)
+	}
+	o.Mounts = mounts
+	return o, nil
+}
+
+// kubernetes assembles a pod kernel. With a pathMap (and kubernetes.node, the
+// controller's own node) its mounts are hostPath volumes and fs.* is served through the
+// path map from the same files; without one the pod shares no files with the controller:
+// the kernel works in its pod's /tmp and fs.* answers unavailable, saying why.
+func (k *Kit) kubernetes(ctx context.Context, spec *sessionspec.Transport, dir string, p *Parts) error {
+	d := spec.Kubernetes
+	var mounts []pathmap.Mount
+	sandboxDir := "/tmp"
+	if len(spec.PathMap) > 0 {
+		if err := controller.CheckWorkingDir(dir); err != nil {
+			return err
+		}
+		var err error
+		if mounts, sandboxDir, err = probeMounts(spec, dir); err != nil {
+			return err
+		}
+	}
+	o, err := k.kubernetesOptions(d, mounts)
+	if err != nil {
+		return err
+	}
+	if len(mounts) > 0 {
+		uid, gid, err := o.UserFor(sandboxDir)
+		if err != nil {
+			return &sessionspec.FieldError{Field: "kubernetes.user", Err: err}
+		}
+		m, err := hostMap(spec, dir, otherOwner(pathmap.Owner{UID: int(uid), GID: int(gid)}), p)
+		if err != nil {
+			return err
+		}
+		k.env(spec, m, p)
+	} else {
+		m, err := pathmap.New(pathmap.Config{Dir: sandboxDir, Mounts: []pathmap.Mount{{Sandbox: sandboxDir, Host: sandboxDir}}})
+		if err == nil {
+			k.env(spec, m, p) // no mounts: the host's values pass unmapped
+			m.Close()
+		}
+		p.Dir, p.Remote, p.SandboxDir = sandboxDir, true, sandboxDir
+		p.Handler = kubernetes.Unserved{Reason: fmt.Errorf("the kernel's pod shares no files with the controller: give the session a pathMap and kubernetes.node (the controller's own node) to serve fs requests: %w", transports.ErrUnavailable)}
+	}
+	cli, err := k.kubeClient(ctx, d.Kubeconfig, d.Context)
+	if err != nil {
+		return err
+	}
+	tr, err := kubernetes.New(cli, o)
+	if err != nil {
+		return err
+	}
+	if err := k.kubeSweep(ctx, cli, tr.Namespace()); err != nil {
+		return err
+	}
+	p.Transport, p.Python = tr, spec.Python
+	return nil
+}
+
+// kubeClient returns the Kit's client of the cluster a kubeconfig and context name,
+// connecting on first use. Sessions on the same daemon share it.
+func (k *Kit) kubeClient(ctx context.Context, config, kctx string) (*kubernetes.Client, error) {
+	key := kubeKey{config, kctx}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, fmt.Errorf("kubernetes: kit closed: %w", transports.ErrUnavailable)
+	}
+	if cli := k.kube[key]; cli != nil {
+		return cli, nil
+	}
+	cli, err := kubernetes.Connect(ctx, kubernetes.ConnectOptions{Kubeconfig: config, Context: kctx})
+	if err != nil {
+		return nil, err
+	}
+	if k.kube == nil {
+		k.kube = map[kubeKey]*kubernetes.Client{}
+	}
+	k.kube[key] = cli
+	return cli, nil
+}
+
+// kubeSweep removes, once per namespace, the pods that controllers which are gone left
+// there (kubernetes.Sweep; detached pods a record may hold are kept).
+func (k *Kit) kubeSweep(ctx context.Context, cli *kubernetes.Client, ns string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.kubeSwept[ns] {
+		return nil
+	}
+	so := kubernetes.SweepOptions{Namespace: ns, Self: k.opts.Kubernetes.Controller, Keep: func(string) bool { return true }}
+	if _, err := kubernetes.Sweep(ctx, cli, so); err != nil {
+		return fmt.Errorf("kubernetes namespace %s sweep: %w", ns, err)
+	}
+	if k.kubeSwept == nil {
+		k.kubeSwept = map[string]bool{}
+	}
+	k.kubeSwept[ns] = true
+	return nil
 }

@@ -154,6 +154,10 @@ func decode(data []byte) (*Transport, []error) {
 			c, cerrs := subObject[Containerd]("containerd", raw)
 			errs = append(errs, cerrs...)
 			t.Containerd = c
+		case "kubernetes":
+			k, kerrs := subObject[Kubernetes]("kubernetes", raw)
+			errs = append(errs, kerrs...)
+			t.Kubernetes = k
 		case "python":
 			one("python", raw, &t.Python)
 		case "pathMap":
@@ -172,7 +176,7 @@ func decode(data []byte) (*Transport, []error) {
 			t.Env, serrs = stringList("env", raw)
 			errs = append(errs, serrs...)
 		default:
-			errs = append(errs, unknown(key, "local, argvPrefix, docker, ssh, containerd, python, pathMap, env"))
+			errs = append(errs, unknown(key, "local, argvPrefix, docker, ssh, containerd, kubernetes, python, pathMap, env"))
 		}
 	}
 	return t, errs

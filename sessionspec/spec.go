@@ -24,11 +24,12 @@ const (
 	KindDocker     = "docker"
 	KindSSH        = "ssh"
 	KindContainerd = "containerd"
+	KindKubernetes = "kubernetes"
 )
 
 // Transport describes where a session's kernel runs and how: exactly one of Local,
-// ArgvPrefix (a wrapped kernel), Docker, SSH and Containerd, with the fields that kind
-// takes. It is
+// ArgvPrefix (a wrapped kernel), Docker, SSH, Containerd and Kubernetes, with the fields
+// that kind takes. It is
 // the one type the kernelTransport setting, `kennel run`'s and `kennel create`'s flags and
 // the API's `transport` all decode into (its JSON is the setting's). The zero value names
 // no transport and is refused: a host kernel runs only when the description is absent
@@ -48,6 +49,9 @@ type Transport struct {
 	// Containerd runs the kernel as the task of a locked-down container in a containerd
 	// daemon (transports/containerd).
 	Containerd *Containerd `json:"containerd,omitempty"`
+	// Kubernetes runs the kernel in a locked-down pod of its own, reached by exec through
+	// the cluster's API server (transports/kubernetes).
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 
 	// Python is the interpreter inside the sandbox: a name on its PATH or a path. Empty
 	// means "python3".
@@ -116,6 +120,96 @@ type Containerd struct {
 	// read the image on the client); empty means the operator's uid:gid, never root.
 	User string `json:"user,omitempty"`
 }
+
+// Kubernetes is the Kubernetes transport's description. Every zero value is the
+// transport's locked-down default (transports/kubernetes.Options).
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig file (an absolute path); empty means client-go's
+	// rules: the files KUBECONFIG names, else ~/.kube/config, else the in-cluster
+	// configuration of a controller that runs in a pod.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is the kubeconfig context; empty means its current one.
+	Context string `json:"context,omitempty"`
+	// Namespace is where the pods are made; empty means the context's namespace.
+	Namespace string `json:"namespace,omitempty"`
+	// Image is the kernel image, present on the nodes (pods never pull); empty means the
+	// one `kennel image build` makes, as the node's containerd names it
+	// (docker.io/library/kennel-kernel:<stub hash>).
+	Image string `json:"image,omitempty"`
+	// Node pins the pods to this node. With a pathMap it is required and must be the
+	// controller's own node: each mount becomes a hostPath volume of that node, and the
+	// controller serves fs.* from the same files. Empty leaves the node to the scheduler
+	// (and the kernel has no mounts: fs.* answers unavailable).
+	Node string `json:"node,omitempty"`
+	// Network is "none" (the default: a NetworkPolicy denies the pod's ingress and
+	// egress, where the cluster enforces policies) or "cluster" (no policy: the pod has
+	// the cluster network's reach).
+	Network string `json:"network,omitempty"`
+	// Memory is the memory request and limit, e.g. "512m" or "2g"; empty means 1 GiB;
+	// "-1" none.
+	Memory string `json:"memory,omitempty"`
+	// CPUs is the CPU request and limit, e.g. "0.5" or "2"; empty means 1; "-1" none.
+	CPUs string `json:"cpus,omitempty"`
+	// User is the kernel's numeric "uid:gid" (never root: pods run as non-root); empty
+	// means the operator's uid:gid, or for root the owner of the working directory.
+	User string `json:"user,omitempty"`
+}
+
+func (k *Kubernetes) check() []error {
+	var errs []error
+	named := map[string]bool{}
+	add := func(e error) {
+		if fe, ok := e.(*FieldError); ok && !named[fe.Field] {
+			named[fe.Field] = true
+			errs = append(errs, e)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"kubeconfig", k.Kubeconfig}, {"context", k.Context}, {"namespace", k.Namespace},
+		{"image", k.Image}, {"node", k.Node}, {"network", k.Network}, {"user", k.User}} {
+		if strings.IndexByte(f.v, 0) >= 0 || strings.TrimSpace(f.v) != f.v {
+			add(bad("kubernetes."+f.name, "%q has a NUL byte or surrounding space", f.v))
+		}
+	}
+	if k.Kubeconfig != "" && !path.IsAbs(k.Kubeconfig) {
+		add(bad("kubernetes.kubeconfig", "%q: want an absolute path", k.Kubeconfig))
+	}
+	if k.Namespace != "" && !dnsLabel.MatchString(k.Namespace) {
+		add(bad("kubernetes.namespace", "%q: want a DNS label (lower-case letters, digits and '-', at most 63)", k.Namespace))
+	}
+	if k.Node != "" && (len(k.Node) > 253 || !dnsSubdomain.MatchString(k.Node)) {
+		add(bad("kubernetes.node", "%q: want a node name (a DNS subdomain)", k.Node))
+	}
+	if k.Network != "" && k.Network != "none" && k.Network != "cluster" {
+		add(bad("kubernetes.network", "%q: want none (the default) or cluster", k.Network))
+	}
+	if _, err := k.MemoryBytes(); err != nil {
+		add(err)
+	}
+	if _, err := k.NanoCPUs(); err != nil {
+		add(err)
+	}
+	if k.User != "" {
+		if uid, _, numeric, err := numericUser("kubernetes.user", k.User); !numeric {
+			add(bad("kubernetes.user", "%q: want a numeric uid:gid", k.User))
+		} else if err != nil {
+			add(err)
+		} else if uid == 0 {
+			add(bad("kubernetes.user", "%q: pods run as non-root (runAsNonRoot): uid 0 is refused", k.User))
+		}
+	}
+	return errs
+}
+
+// MemoryBytes is Memory in bytes: 0 for the default, -1 for none.
+func (k *Kubernetes) MemoryBytes() (int64, error) { return memoryBytes("kubernetes.memory", k.Memory) }
+
+// NanoCPUs is CPUs in billionths of a CPU: 0 for the default, -1 for none.
+func (k *Kubernetes) NanoCPUs() (int64, error) { return nanoCPUs("kubernetes.cpus", k.CPUs) }
+
+var (
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
 
 // SSH is the ssh transport's description.
 type SSH struct {
@@ -192,11 +286,14 @@ func (t *Transport) Kind() (string, error) {
 	if t.Containerd != nil {
 		kinds = append(kinds, KindContainerd)
 	}
+	if t.Kubernetes != nil {
+		kinds = append(kinds, KindKubernetes)
+	}
 	switch len(kinds) {
 	case 1:
 		return kinds[0], nil
 	case 0:
-		return "", bad("", "names no transport: set one of local, argvPrefix, docker, ssh, containerd")
+		return "", bad("", "names no transport: set one of local, argvPrefix, docker, ssh, containerd, kubernetes")
 	}
 	return "", bad("", "names %d transports (%s): set exactly one", len(kinds), strings.Join(kindNames(kinds), ", "))
 }
@@ -259,6 +356,9 @@ func (t *Transport) Validate() error {
 	if t.Containerd != nil {
 		errs = append(errs, t.Containerd.check()...)
 	}
+	if t.Kubernetes != nil {
+		errs = append(errs, t.Kubernetes.check()...)
+	}
 	switch kind {
 	case KindLocal:
 		if len(t.PathMap) > 0 {
@@ -273,6 +373,10 @@ func (t *Transport) Validate() error {
 		}
 		if len(t.Env) > 0 {
 			add(bad("env", "a remote kernel's environment is its host's: env does not apply over ssh"))
+		}
+	case KindKubernetes:
+		if len(t.PathMap) > 0 && t.Kubernetes.Node == "" {
+			add(bad("kubernetes.node", "a pathMap's mounts are hostPath volumes of one node: name it (the controller's own) with kubernetes.node"))
 		}
 	}
 	return errors.Join(errs...)

@@ -46,6 +46,10 @@ func TestDecodeNamesEveryBadField(t *testing.T) {
 		{`{"containerd": {"runtime": "/tmp/evil"}}`, []string{"containerd.runtime"}},
 		{`{"containerd": {"runtime": "../runsc"}}`, []string{"containerd.runtime"}},
 		{`{"containerd": "yes"}`, []string{"containerd"}},
+		{`{"kubernetes": {}, "docker": {}}`, []string{""}},
+		{`{"kubernetes": {"kubeconfig": "rel/config", "namespace": "Kennel_NS", "node": "-bad", "network": "host", "memory": "lots", "cpus": "fast", "user": "0:0", "colour": 1}}`, []string{"kubernetes.kubeconfig", "kubernetes.namespace", "kubernetes.node", "kubernetes.network", "kubernetes.memory", "kubernetes.cpus", "kubernetes.user", "kubernetes.colour"}},
+		{`{"kubernetes": {"user": "kennel", "image": " img"}}`, []string{"kubernetes.user", "kubernetes.image"}},
+		{`{"kubernetes": {}, "pathMap": [{"sandbox": "/work", "host": "/tmp"}]}`, []string{"kubernetes.node"}},
 		{`[1]`, []string{""}},
 		{`null`, []string{""}},
 	} {
@@ -84,6 +88,8 @@ func TestDecodeTakesEachKind(t *testing.T) {
 		`{"containerd": {}}`: KindContainerd,
 		`{"containerd": {"address": "/tmp/c.sock", "image": "img:1", "runtime": "io.containerd.runsc.v1", "network": "none", "memory": "512m", "cpus": "0.5", "pids": -1, "user": "1000:1000"}, "pathMap": [{"sandbox": "/work", "host": "/tmp"}], "env": ["LANG"]}`: KindContainerd,
 		`{"containerd": {"address": "unix:///run/containerd/containerd.sock"}}`: KindContainerd,
+		`{"kubernetes": {}}`: KindKubernetes,
+		`{"kubernetes": {"kubeconfig": "/etc/k/config", "context": "ci", "namespace": "kennel-test", "image": "img:1", "node": "node-1.example", "network": "cluster", "memory": "512m", "cpus": "0.5", "user": "1000:1000"}, "pathMap": [{"sandbox": "/work", "host": "/tmp"}], "env": ["LANG"]}`: KindKubernetes,
 	} {
 		tr, err := Decode([]byte(doc))
 		if err != nil {
@@ -183,7 +189,7 @@ func TestPropValidNamesExactlyOneKind(t *testing.T) {
 		tr := genTransport(t)
 		err := tr.Validate()
 		set := 0
-		for _, b := range []bool{tr.Local != nil, tr.ArgvPrefix != nil, tr.Docker != nil, tr.SSH != nil, tr.Containerd != nil} {
+		for _, b := range []bool{tr.Local != nil, tr.ArgvPrefix != nil, tr.Docker != nil, tr.SSH != nil, tr.Containerd != nil, tr.Kubernetes != nil} {
 			if b {
 				set++
 			}
@@ -239,7 +245,7 @@ func TestPropValidNamesExactlyOneKind(t *testing.T) {
 
 // FuzzDecode: Decode never panics, and what it accepts validates and round-trips.
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{}`, `{"local":{}}`, `{"docker":{"memory":"2g"}}`, `{"ssh":{"target":"h"}}`, `{"containerd":{"runtime":"io.containerd.runsc.v1","user":"1:1"}}`, `{"containerd":{},"docker":{}}`, `{"argvPrefix":["a"],"pathMap":[{"sandbox":"/a","host":"/b"}]}`, `[`, `null`} {
+	for _, s := range []string{`{}`, `{"local":{}}`, `{"docker":{"memory":"2g"}}`, `{"ssh":{"target":"h"}}`, `{"containerd":{"runtime":"io.containerd.runsc.v1","user":"1:1"}}`, `{"containerd":{},"docker":{}}`, `{"kubernetes":{"namespace":"ns","user":"1:1"}}`, `{"argvPrefix":["a"],"pathMap":[{"sandbox":"/a","host":"/b"}]}`, `[`, `null`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -83,7 +83,7 @@ type Kernel interface {
 
 // Info describes a running kernel.
 type Info struct {
-	// Transport is the kind's name ("local", "wrapped", "docker", "containerd", "ssh").
+	// Transport is the kind's name ("local", "wrapped", "docker", "containerd", "ssh", "kubernetes").
 	Transport string
 	// PID is the process id of the kernel's process on the host, or 0 when the kernel's
 	// pids are not the host's (HostPIDs is false).

@@ -26,6 +26,10 @@ type transportFlags struct {
 	// runs the kernel as the task of a container in containerd.
 	containerd bool
 	address    string
+	// kubernetes (--kubernetes, its cluster flags and the lock-down flags it shares with
+	// --docker: image, network, memory, cpus, user) runs the kernel in a pod.
+	kubernetes bool
+	kube       sessionspec.Kubernetes
 	// local (--local) runs a host kernel whatever the settings say.
 	local bool
 }
@@ -38,20 +42,26 @@ func addTransportFlags(fs *pflag.FlagSet, f *transportFlags) {
 	fs.BoolVar(&f.docker, "docker", false, "run the kernel in a locked-down Docker container (build its image once with `kennel image build`); the kernelTransport setting's python, pathMap and env still apply")
 	fs.BoolVar(&f.containerd, "containerd", false, "run the kernel in a locked-down container of containerd (import its image once with `kennel image build --containerd`); the kernelTransport setting's python, pathMap and env still apply")
 	fs.StringVar(&f.address, "address", "", "with --containerd: the daemon's socket (default "+ctrd.DefaultAddress+")")
+	fs.BoolVar(&f.kubernetes, "kubernetes", false, "run the kernel in a locked-down pod of a Kubernetes cluster (its nodes need the kernel image); the kernelTransport setting's python, pathMap and env still apply")
+	fs.StringVar(&f.kube.Kubeconfig, "kubeconfig", "", "with --kubernetes: the kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+	fs.StringVar(&f.kube.Context, "context", "", "with --kubernetes: the kubeconfig context (default: its current one)")
+	fs.StringVar(&f.kube.Namespace, "namespace", "", "with --kubernetes: the namespace of the pods (default: the context's)")
+	fs.StringVar(&f.kube.Node, "node", "", "with --kubernetes: pin the pod to this node (required with a pathMap: the controller's own node, whose directories become hostPath volumes)")
 	d := &f.dockerFields
-	fs.StringVar(&d.Image, "image", "", "with --docker or --containerd: the kernel image (default kennel-kernel:<stub hash>)")
+	fs.StringVar(&d.Image, "image", "", "with --docker, --containerd or --kubernetes: the kernel image (default kennel-kernel:<stub hash>)")
 	fs.StringVar(&d.Container, "docker-exec", "", "with --docker: run the kernel as an exec in this existing container instead")
-	fs.StringVar(&d.Network, "network", "", "with --docker: network: none (default), bridge or a network's name; with --containerd: none only")
-	fs.StringVar(&d.Memory, "memory", "", "with --docker or --containerd: memory limit, e.g. 512m or 2g (default 1g; -1: none)")
-	fs.StringVar(&d.CPUs, "cpus", "", "with --docker or --containerd: CPU limit, e.g. 0.5 or 2 (default 1; -1: none)")
+	fs.StringVar(&d.Network, "network", "", "with --docker: network: none (default), bridge or a network's name; with --containerd: none only; with --kubernetes: none (default: a NetworkPolicy denies all) or cluster")
+	fs.StringVar(&d.Memory, "memory", "", "with --docker, --containerd or --kubernetes: memory limit, e.g. 512m or 2g (default 1g; -1: none)")
+	fs.StringVar(&d.CPUs, "cpus", "", "with --docker, --containerd or --kubernetes: CPU limit, e.g. 0.5 or 2 (default 1; -1: none)")
 	fs.Int64Var(&d.Pids, "pids", 0, "with --docker or --containerd: process and thread limit (default 256; -1: none)")
 	fs.StringVar(&d.Runtime, "runtime", "", "with --docker: OCI runtime, e.g. runsc (default: the engine's); with --containerd: a shim (io.containerd.runsc.v1) or an OCI runtime binary the runc shim runs (runsc: gVisor) (default: runc)")
-	fs.StringVar(&d.User, "user", "", "with --docker or --containerd: the kernel's uid:gid (default: yours; never root unless 0:0)")
+	fs.StringVar(&d.User, "user", "", "with --docker, --containerd or --kubernetes: the kernel's uid:gid (default: yours; never root unless 0:0, and never root in a pod)")
 }
 
 // given reports whether a transport flag was given.
 func (f transportFlags) given() bool {
-	return f.argv != "" || f.ssh != "" || f.docker || f.containerd || f.local || f.address != "" || f.dockerFields != (sessionspec.Docker{})
+	return f.argv != "" || f.ssh != "" || f.docker || f.containerd || f.kubernetes || f.local || f.address != "" ||
+		f.dockerFields != (sessionspec.Docker{}) || f.kube != (sessionspec.Kubernetes{})
 }
 
 // spec returns the description of the flags over base, the kernelTransport setting in
@@ -62,16 +72,22 @@ func (f transportFlags) given() bool {
 // --docker and --address without --containerd are a usage error (exit 2).
 func (f transportFlags) spec(base *sessionspec.Transport, remoteDir string) (*sessionspec.Transport, error) {
 	n := 0
-	for _, b := range []bool{f.argv != "", f.ssh != "", f.docker, f.containerd, f.local} {
+	for _, b := range []bool{f.argv != "", f.ssh != "", f.docker, f.containerd, f.kubernetes, f.local} {
 		if b {
 			n++
 		}
 	}
 	if n > 1 {
-		return nil, &exitError{code: 2, msg: "--local, --transport-argv, --docker, --containerd and --ssh each name where the kernel runs: give one"}
+		return nil, &exitError{code: 2, msg: "--local, --transport-argv, --docker, --containerd, --kubernetes and --ssh each name where the kernel runs: give one"}
 	}
-	if !f.docker && !f.containerd && f.dockerFields != (sessionspec.Docker{}) {
-		return nil, &exitError{code: 2, msg: "--image, --network, --memory, --cpus, --pids, --runtime and --user go with --docker or --containerd, --docker-exec with --docker"}
+	if !f.docker && !f.containerd && !f.kubernetes && f.dockerFields != (sessionspec.Docker{}) {
+		return nil, &exitError{code: 2, msg: "--image, --network, --memory, --cpus, --pids, --runtime and --user go with --docker, --containerd or --kubernetes, --docker-exec with --docker"}
+	}
+	if f.kubernetes && (f.dockerFields.Container != "" || f.dockerFields.Pids != 0 || f.dockerFields.Runtime != "") {
+		return nil, &exitError{code: 2, msg: "--docker-exec, --pids and --runtime do not go with --kubernetes (the node's runtime and the kubelet's pid limit apply)"}
+	}
+	if !f.kubernetes && f.kube != (sessionspec.Kubernetes{}) {
+		return nil, &exitError{code: 2, msg: "--kubeconfig, --context, --namespace and --node go with --kubernetes"}
 	}
 	if f.containerd && f.dockerFields.Container != "" {
 		return nil, &exitError{code: 2, msg: "--docker-exec goes with --docker, not --containerd"}
@@ -94,6 +110,10 @@ func (f transportFlags) spec(base *sessionspec.Transport, remoteDir string) (*se
 	case f.docker:
 		d := f.dockerFields
 		out.Docker = &d
+	case f.kubernetes:
+		d, k := f.dockerFields, f.kube
+		k.Image, k.Network, k.Memory, k.CPUs, k.User = d.Image, d.Network, d.Memory, d.CPUs, d.User
+		out.Kubernetes = &k
 	case f.containerd:
 		d := f.dockerFields
 		out.Containerd = &sessionspec.Containerd{Address: f.address, Image: d.Image, Runtime: d.Runtime, Network: d.Network,

@@ -19,7 +19,6 @@ import os
 import select
 import threading
 
-from kennel import _frames
 
 _READ = 1 << 16
 _PUMP_MAX = 1 << 20
@@ -183,11 +182,3 @@ class _ByteWriter(io.RawIOBase):
         if text:
             self._stream.write(text)
         return len(data)
-
-
-def chunks(text):
-    """Cut ``text`` into pieces of at most STREAM_CHUNK characters."""
-    if len(text) <= _frames.STREAM_CHUNK:
-        return (text,)
-    step = _frames.STREAM_CHUNK
-    return [text[i : i + step] for i in range(0, len(text), step)]

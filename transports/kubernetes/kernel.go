@@ -1,0 +1,215 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Kernel is a kernel running as an exec in a pod of its own. It is single use and safe
+// for concurrent use; see transports.Kernel.
+type Kernel struct {
+	t      *Transport
+	pod    string
+	info   transports.Info
+	stream *execStream
+	stdout *stdout
+	watch  *transports.Watch
+
+	// stopped is set when Kill deleted the pod before the kernel's end was seen (its
+	// end by the kubelet's SIGKILL then is no OOM). A Live rung sets it, so it is final
+	// once the reap has seen the end.
+	stopped bool
+}
+
+var _ transports.Kernel = (*Kernel)(nil)
+
+// sigkillCode is the exit status an exec reports for a process ended by SIGKILL: 128+9.
+const sigkillCode = 128 + 9
+
+func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
+	k := &Kernel{
+		t:      t,
+		pod:    pod.Name,
+		info:   transports.Info{Transport: Name, ID: t.ns + "/" + pod.Name},
+		stream: s,
+		stdout: &stdout{s: s, eof: make(chan struct{})},
+	}
+	stop := transports.ResolveGrace(t.opts.StopGrace)
+	k.watch = transports.NewWatch(transports.WatchSpec{
+		What: "kubernetes kernel " + k.info.ID,
+		Steps: []transports.Step{
+			{Act: func() { _ = s.CloseWrite() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
+			// The pod's deletion TERMs its main process, which passes the TERM on to the
+			// kernel; the kubelet kills what is left once the grace is over.
+			{Act: func() { k.stopped = true; k.deletePod(t.opts.stopSeconds()) }, Live: true, Grace: stop + 2*time.Second},
+			{Act: func() { k.deletePod(0) }, Grace: 5 * time.Second},
+			// Still not seen to end: a stream that cannot deliver output nobody reads.
+			{Act: func() { s.Close(); k.stdout.cut() }},
+		},
+		Reap: func(seen func() bool) (transports.Exit, error) {
+			<-s.Done()
+			killed := seen()
+			code, err := s.result()
+			exit := transports.Exit{Code: code}
+			switch {
+			case err != nil && killed:
+				// Kill's end: the stream broke as the pod went, which is that end.
+				err = nil
+			case err != nil:
+				err = fmt.Errorf("exec stream of kernel %s: %w", k.info.ID, err)
+			}
+			if code == sigkillCode && !k.stopped {
+				exit.OOM = k.oomKilled()
+			}
+			return exit, err
+		},
+		Release: func(_ transports.Exit, err error) error {
+			k.drain(2 * time.Second)
+			s.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if rerr := t.removePod(ctx, k.pod, 1); rerr != nil && err == nil {
+				err = rerr
+			}
+			return err
+		},
+	})
+	return k
+}
+
+// deletePod deletes the kernel's pod with a grace of grace seconds (0: by force).
+func (k *Kernel) deletePod(grace int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = k.t.deletePod(ctx, k.pod, grace)
+}
+
+// oomKilled reports whether the pod's memory limit killed a process of its container:
+// the container ended OOMKilled (its main process was the victim, or the runtime kills
+// the whole container on an OOM), or its memory cgroup counts an OOM kill (read by an exec
+// of the image's python: /sys/fs/cgroup/memory.events, or memory.oom_control under cgroup
+// v1).
+func (k *Kernel) oomKilled() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if p, err := k.t.pods().Get(ctx, k.pod, metav1.GetOptions{}); err == nil {
+		for _, cs := range p.Status.ContainerStatuses {
+			if x := cs.State.Terminated; cs.Name == Container && x != nil && x.Reason == "OOMKilled" {
+				return true
+			}
+		}
+	}
+	s, err := k.t.cli.startExec(k.t.ns, k.pod, []string{"python3", "-I", "-S", "-c", oomProbe}, nil)
+	if err != nil {
+		return false
+	}
+	defer s.Close()
+	_ = s.CloseWrite()
+	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	out, _ := io.ReadAll(io.LimitReader(s, 64))
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	return err == nil && n > 0
+}
+
+// oomProbe prints the OOM kills its memory cgroup counts (-1 when it cannot tell).
+const oomProbe = `import re
+n = -1
+for p in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+    try:
+        m = re.search(r"^oom_kill (\d+)$", open(p).read(), re.M)
+    except OSError:
+        continue
+    if m:
+        n = int(m.group(1))
+        break
+print(n)`
+
+// Stdin is the kernel's standard input, the exec's stdin. Close ends it: the stream carries
+// the end and the kernel reads EOF (the stub then shuts down).
+func (k *Kernel) Stdin() io.WriteCloser { return stdin{k.stream} }
+
+// Stdout is the kernel's standard output, the exec's stdout. What the kernel still wrote
+// when it has ended and nobody read within 2 s is dropped, as it is when Kill's last
+// stage comes, and Stdout ends with EOF: an unread Stdout never keeps Kill or Wait from
+// returning. A Stdout left unread for about a minute while the kernel writes stalls the
+// stream's heartbeat, and client-go then ends the stream (the kernel reads EOF).
+func (k *Kernel) Stdout() io.Reader { return k.stdout }
+
+// Info says Transport "kubernetes", no host pids, and ID "namespace/pod".
+func (k *Kernel) Info() transports.Info { return k.info }
+
+// Wait blocks until the kernel's exec has ended and its pod and NetworkPolicy are deleted.
+// Code is the exec's exit status (128+N after signal N); -1 with an error when the stream
+// ended without one (the connection to the API server broke: the kernel read EOF and
+// ended). Exit.OOM reports that the memory limit ended the kernel itself: it ended by
+// SIGKILL (137) before Kill deleted its pod, and the container was OOMKilled or its memory
+// cgroup counts an OOM kill (a cell's child killed by the limit earlier counts too).
+// Exit.Killed reports that Kill ran before the end. Later calls return the same.
+func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
+
+// Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
+// exit; delete the pod with its grace (Options.StopGrace: the TERM reaches the kernel, the
+// kubelet kills at the grace's end) and wait that grace and 2 s; delete it by force and
+// wait 5 s; last, end the stream and cut Stdout. Then the pod and its NetworkPolicy are
+// deleted. It returns once the end is confirmed (Wait's result is set). The stages run
+// once, whoever calls Kill and however often; if ctx ends first, Kill returns ctx's cause
+// and the stages go on.
+func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
+
+// drain waits up to d for Stdout to be read to its end, then cuts it.
+func (k *Kernel) drain(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.stdout.eof:
+	case <-t.C:
+	}
+	k.stdout.cut()
+}
+
+// stdin is the kernel's stdin: Close closes the exec's stdin alone.
+type stdin struct{ s *execStream }
+
+func (w stdin) Write(p []byte) (int, error) { return w.s.Write(p) }
+func (w stdin) Close() error                { return w.s.CloseWrite() }
+
+// stdout is the exec's stdout; once cut, reads end with EOF.
+type stdout struct {
+	s     *execStream
+	once  sync.Once
+	eof   chan struct{} // closed once a read returned an error: drained
+	isCut atomic.Bool
+}
+
+func (r *stdout) Read(p []byte) (int, error) {
+	n, err := r.s.Read(p)
+	if err != nil {
+		r.once.Do(func() { close(r.eof) })
+		if r.isCut.Load() {
+			return n, io.EOF
+		}
+	}
+	return n, err
+}
+
+// cut closes the stream's stdout unless it was read to its end.
+func (r *stdout) cut() {
+	select {
+	case <-r.eof:
+		return
+	default:
+	}
+	r.isCut.Store(true)
+	r.s.cut()
+}
