@@ -33,6 +33,9 @@ func TestEachSourceOfATransportGivesOneSession(t *testing.T) {
 			transportFlags{docker: true, dockerFields: sessionspec.Docker{Memory: "2g", Network: "bridge", Pids: -1}}, false},
 		{"docker exec", `{"docker": {"container": "box"}}`, transportFlags{docker: true, dockerFields: sessionspec.Docker{Container: "box"}}, false},
 		{"ssh", `{"ssh": {"target": "me@build:2222", "dir": "/srv/repo"}}`, transportFlags{ssh: "me@build:2222"}, false},
+		{"kubernetes", `{"kubernetes": {"kubeconfig": "/etc/k/config", "context": "ci", "namespace": "kennel", "node": "n1", "image": "img:1", "network": "cluster", "memory": "2g", "cpus": "0.5", "user": "1000:1000"}}`,
+			transportFlags{kubernetes: true, kube: sessionspec.Kubernetes{Kubeconfig: "/etc/k/config", Context: "ci", Namespace: "kennel", Node: "n1"},
+				dockerFields: sessionspec.Docker{Image: "img:1", Network: "cluster", Memory: "2g", CPUs: "0.5", User: "1000:1000"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fromSetting := settingSpec(t, tc.json)
@@ -85,6 +88,8 @@ func TestEachSourceOfATransportGivesOneSession(t *testing.T) {
 		`{"argvPrefix": ["env"], "pathMap": [{"sandbox": "rel", "host": "/h"}]}`: "pathMap[0].sandbox",
 		`{"local": {}, "argvPrefix": ["env"]}`:                                   "names 2 transports",
 		`{"argvPrefix": ["env"], "docekr": {}}`:                                  "docekr",
+		`{"kubernetes": {"user": "0:0"}}`:                                        "kubernetes.user",
+		`{"kubernetes": {}, "pathMap": [{"sandbox": "/w", "host": "/h"}]}`:       "kubernetes.node",
 	} {
 		var req api.CreateSession
 		err := json.Unmarshal([]byte(`{"cwd": "/x", "transport": `+doc+`}`), &req)
@@ -100,7 +105,8 @@ func TestEachSourceOfATransportGivesOneSession(t *testing.T) {
 		}
 	}
 	// A flag that is not a description is a usage error.
-	for _, f := range []transportFlags{{local: true, docker: true}, {dockerFields: sessionspec.Docker{Memory: "2g"}}, {argv: `'open`}} {
+	for _, f := range []transportFlags{{local: true, docker: true}, {dockerFields: sessionspec.Docker{Memory: "2g"}}, {argv: `'open`},
+		{kubernetes: true, docker: true}, {kube: sessionspec.Kubernetes{Namespace: "ns"}}, {kubernetes: true, dockerFields: sessionspec.Docker{Pids: 5}}} {
 		_, err := f.spec(nil, "")
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 2 {
