@@ -96,9 +96,9 @@ func newKernel(t *Transport, c client.Container, task client.Task, dio *cio.Dire
 			evcancel()
 			ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 30*time.Second)
 			defer cancel()
-			if _, derr := task.Delete(ctx); derr != nil && !errdefs.IsNotFound(derr) && err == nil {
-				err = fmt.Errorf("delete task %s: %w", c.ID(), derr)
-			}
+			// A failed delete here (a shim closing as its task ended) is retried by remove,
+			// which reports what is left.
+			_, _ = task.Delete(ctx)
 			_ = dio.Close() // our FIFO ends, and their directory
 			if rerr := remove(ctx, t.cli, c.ID(), t.opts.FIFODir); rerr != nil && err == nil {
 				err = rerr

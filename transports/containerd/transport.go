@@ -290,12 +290,22 @@ func remove(ctx context.Context, cli *client.Client, id, fifoDir string) error {
 		}
 		return fmt.Errorf("load container %s: %w", id, err)
 	}
-	if task, err := c.Task(ctx, nil); err == nil {
-		if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+	// A shim that exits as its task ends can close its connection in the middle of the
+	// delete ("ttrpc: closed"): look at the task again, a few times, before giving up.
+	for try := 0; ; try++ {
+		task, err := c.Task(ctx, nil)
+		if errdefs.IsNotFound(err) {
+			break
+		}
+		if err == nil {
+			if _, err = task.Delete(ctx, client.WithProcessKill); err == nil || errdefs.IsNotFound(err) {
+				break
+			}
+		}
+		if try == 4 || ctx.Err() != nil {
 			return fmt.Errorf("delete task %s: %w", id, err)
 		}
-	} else if !errdefs.IsNotFound(err) {
-		return fmt.Errorf("load task %s: %w", id, err)
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
