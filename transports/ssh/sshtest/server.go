@@ -115,13 +115,22 @@ func ipRun(t testing.TB, args ...string) {
 func (s *Server) netns(t testing.TB) (ns, addr string) {
 	t.Helper()
 	var b [3]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
+	var subnet string
+	for try := 0; ; try++ {
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		// A subnet no interface of the host has (another test's, or one a killed test
+		// left): two veths with one subnet would route each other's packets.
+		subnet = fmt.Sprintf("10.213.%d", b[0])
+		if !addrInUse(subnet+".") || try == 50 {
+			break
+		}
 	}
 	tag := fmt.Sprintf("%x", b)
 	ns, peer := "ktssh"+tag, "ktb"+tag
 	s.veth = "kta" + tag
-	net := fmt.Sprintf("10.213.%d", b[0])
+	net := subnet
 	ipRun(t, "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	ipRun(t, "link", "add", s.veth, "type", "veth", "peer", "name", peer)
@@ -133,6 +142,20 @@ func (s *Server) netns(t testing.TB) (ns, addr string) {
 	ipRun(t, "-n", ns, "link", "set", peer, "up")
 	ipRun(t, "-n", ns, "link", "set", "lo", "up")
 	return ns, net + ".2"
+}
+
+// addrInUse reports whether an address of the host's interfaces begins with prefix.
+func addrInUse(prefix string) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if strings.HasPrefix(a.String(), prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // StartWith is Start with the variations opts chooses.
