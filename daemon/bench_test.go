@@ -366,10 +366,17 @@ const jupyterPython = "/usr/bin/python3"
 // under CI=true).
 func startJupyter(b *testing.B, code string) timedRun {
 	b.Helper()
+	return startJupyterDriver(b, jupyterDriver, code)
+}
+
+// startJupyterDriver is startJupyter with a driver program of the same protocol (prints
+// "ready", then one duration in nanoseconds per line read) and its arguments.
+func startJupyterDriver(b *testing.B, driver string, args ...string) timedRun {
+	b.Helper()
 	if err := exec.Command(jupyterPython, "-c", "import ipykernel, jupyter_client").Run(); err != nil {
 		testneed.Missing(b, "Jupyter (Debian's python3-ipykernel and python3-jupyter-client for "+jupyterPython+")", err)
 	}
-	cmd := exec.Command(jupyterPython, "-c", jupyterDriver, code)
+	cmd := exec.Command(jupyterPython, append([]string{"-c", driver}, args...)...)
 	cmd.Stderr = os.Stderr
 	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1") // ipykernel's debugger warning, once per kernel
 	stdin, err := cmd.StdinPipe()

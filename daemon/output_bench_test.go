@@ -1,12 +1,8 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -14,7 +10,6 @@ import (
 	"github.com/kennel-dev/kennel/api"
 	"github.com/kennel-dev/kennel/client"
 	"github.com/kennel-dev/kennel/daemon"
-	"github.com/kennel-dev/kennel/internal/testneed"
 )
 
 // bigOutputCell prints 50,000 lines of 1,000 characters (999 and a newline): 50,000,000 bytes of stdout (issue
@@ -72,44 +67,7 @@ finally:
 // to an ipykernel (Debian's packages) to the last byte of its stream messages,
 // interleaved; api/jupyter is the ratio of the medians (the target: at most 0.5).
 func BenchmarkCellOutputOverJupyter(b *testing.B) {
-	if err := exec.Command(jupyterPython, "-c", "import ipykernel, jupyter_client").Run(); err != nil {
-		testneed.Missing(b, "Jupyter (Debian's python3-ipykernel and python3-jupyter-client for "+jupyterPython+")", err)
-	}
-	cmd := exec.Command(jupyterPython, "-c", jupyterOutputDriver, bigOutputCell, strconv.Itoa(bigOutputBytes))
-	cmd.Stderr = os.Stderr
-	cmd.Env = append(os.Environ(), "PYDEVD_DISABLE_FILE_VALIDATION=1") // ipykernel's debugger warning, once per kernel
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Wait()
-	})
-	out := bufio.NewScanner(stdout)
-	if !out.Scan() || out.Text() != "ready" {
-		b.Fatalf("jupyter driver: %q %v", out.Text(), out.Err())
-	}
-	jup := func() (time.Duration, error) {
-		if _, err := io.WriteString(stdin, "\n"); err != nil {
-			return 0, fmt.Errorf("jupyter driver: %w", err)
-		}
-		if !out.Scan() {
-			return 0, fmt.Errorf("jupyter driver ended: %v", out.Err())
-		}
-		ns, err := strconv.ParseInt(out.Text(), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("jupyter driver printed %q", out.Text())
-		}
-		return time.Duration(ns), nil
-	}
+	jup := startJupyterDriver(b, jupyterOutputDriver, bigOutputCell, strconv.Itoa(bigOutputBytes))
 	r := serve(b, daemon.Options{})
 	ctx := context.Background()
 	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: b.TempDir(), Limits: &api.Limits{Off: true}}, client.CreateOptions{})
