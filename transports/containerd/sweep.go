@@ -79,15 +79,23 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 			}
 			continue
 		}
-		if labels[LabelDetached] == "1" {
-			// A detached kernel outlives its controller: it goes once its task has ended
-			// (its grace ran out, or it was killed), whoever started it.
-			if taskRuns(ctx, c) {
-				res.Kept++
-				live[c.ID()] = true
-				continue
-			}
-		} else if !sweepable(labels, o) {
+		detached := labels[LabelDetached] == "1"
+		st := taskNotYet
+		if detached {
+			st = taskState(ctx, c) // attached kernels go by their owner alone: no task call
+		}
+		switch {
+		case detached && st == taskLive:
+			// A detached kernel outlives its controller: kept while its task runs.
+			res.Kept++
+			live[c.ID()] = true
+			continue
+		case detached && st == taskEnded:
+			// Its kernel has ended (its grace ran out, or it was killed): removed, whoever
+			// started it.
+		case !sweepable(labels, o):
+			// An attached kernel, or a detached one whose task never started (its start cut
+			// short): the owner rule, so a start under way is never taken.
 			res.Kept++
 			live[c.ID()] = true
 			continue
@@ -145,21 +153,34 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 	return res, nil
 }
 
-// taskRuns reports whether c's task runs (or may: an error other than not found counts as
-// running, so nothing live is removed on a doubt).
-func taskRuns(ctx context.Context, c client.Container) bool {
+// The states of a container's task Sweep tells apart.
+const (
+	taskLive   = iota // running or paused, or unknown (an error: nothing live goes on a doubt)
+	taskEnded         // stopped: its kernel has ended
+	taskNotYet        // none, or created and never started
+)
+
+// taskState is the state of c's task.
+func taskState(ctx context.Context, c client.Container) int {
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return false
+		return taskNotYet
 	}
 	if err != nil {
-		return true
+		return taskLive
 	}
 	st, err := task.Status(ctx)
-	if err != nil {
-		return !errdefs.IsNotFound(err)
+	switch {
+	case errdefs.IsNotFound(err):
+		return taskNotYet
+	case err != nil:
+		return taskLive
+	case st.Status == client.Stopped:
+		return taskEnded
+	case st.Status == client.Created:
+		return taskNotYet
 	}
-	return st.Status == client.Running || st.Status == client.Created || st.Status == client.Pausing || st.Status == client.Paused
+	return taskLive
 }
 
 // sweepable is Sweep's verdict on one object's labels.
