@@ -41,13 +41,7 @@ const DefaultKernelGrace = time.Hour
 
 // detachedKernel is a kernel task reached over kernel.sock in its bind-mounted run
 // directory; its end is its task's.
-type detachedKernel struct {
-	*linked.Streams
-	client *link.Client
-	info   transports.Info
-	rec    transports.Record
-	watch  *transports.Watch
-}
+type detachedKernel struct{ *linked.Detached }
 
 var (
 	_ transports.Detachable = (*detachedKernel)(nil)
@@ -181,8 +175,7 @@ func taskEnd(exitc <-chan client.ExitStatus) (<-chan struct{}, func() (transport
 // runDetached makes the kernel of task (rec.Where) reached over cl; its end is the task's.
 func (t *Transport) runDetached(cl *link.Client, rec transports.Record, task client.Task, exited <-chan struct{}, result func() (transports.Exit, error), oom *oomWatch, evcancel context.CancelFunc) *detachedKernel {
 	id, runDir := rec.Where, rec.RunDir
-	k := &detachedKernel{client: cl, rec: rec, info: transports.Info{Transport: Name, ID: id}}
-	k.Streams = linked.New(cl)
+	k := &detachedKernel{linked.NewDetached(cl, transports.Info{Transport: Name, ID: id}, rec)}
 	stopped := false
 	signal := func(sig syscall.Signal, all bool) {
 		ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
@@ -193,7 +186,7 @@ func (t *Transport) runDetached(cl *link.Client, rec transports.Record, task cli
 		}
 		_ = task.Kill(ctx, sig, opts...)
 	}
-	k.watch = transports.NewWatch(transports.WatchSpec{
+	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: "detached containerd kernel " + id,
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
@@ -308,27 +301,3 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 
 // insideRun is a kernel's run directory as its container sees it.
 func insideRun(kid string) string { return path.Join(ContainerRunRoot, kid) }
-
-// Info says Transport "containerd" and ID the container id.
-func (k *detachedKernel) Info() transports.Info { return k.info }
-
-// Kill ends the kernel in stages: stdin EOF over the link (the stub shuts down), SIGTERM
-// to the task, SIGKILL to every process of the container; then the task, container,
-// snapshot and run directory are deleted.
-func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
-
-// Wait blocks until the task has ended and its objects are deleted.
-func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
-
-// Detach lets the kernel go: its link closes and it runs on for its grace.
-func (k *detachedKernel) Detach() error { return k.client.Close() }
-
-// Record is what a later controller reattaches from, its applied seq current.
-func (k *detachedKernel) Record() transports.Record {
-	r := k.rec
-	r.Applied = k.client.Applied()
-	return r
-}
-
-// Link is the kernel's link.
-func (k *detachedKernel) Link() *link.Client { return k.client }

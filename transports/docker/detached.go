@@ -44,11 +44,7 @@ const LabelDetachedOwner = "dev.kennel.detached.owner"
 // detachedKernel is a run-mode kernel reached over kernel.sock in its bind-mounted run
 // directory.
 type detachedKernel struct {
-	*linked.Streams
-	client *link.Client
-	info   transports.Info
-	rec    transports.Record
-	watch  *transports.Watch
+	*linked.Detached
 	// stopWait, when set, ends the watch of the container's end (once it is released).
 	stopWait context.CancelFunc
 }
@@ -156,7 +152,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	h := cl.Hello()
 	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: id}
 	k := t.runDetached(cl, rec, exited, result, nil)
-	k.info.FIFODir = fifoDirOf(opts.HostConfig)
+	k.SetFIFODir(fifoDirOf(opts.HostConfig))
 	return k, nil
 }
 
@@ -205,13 +201,12 @@ func (t *Transport) waitContainer(ctx context.Context, id string) (exited <-chan
 // kernel is released.
 func (t *Transport) runDetached(cl *link.Client, rec transports.Record, exited <-chan struct{}, result func() (transports.Exit, error), stopWait context.CancelFunc) *detachedKernel {
 	id, runDir := rec.Where, rec.RunDir
-	k := &detachedKernel{client: cl, rec: rec, info: transports.Info{Transport: Name, ID: id}, stopWait: stopWait}
-	k.Streams = linked.New(cl)
+	k := &detachedKernel{Detached: linked.NewDetached(cl, transports.Info{Transport: Name, ID: id}, rec), stopWait: stopWait}
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
 		stop = 0
 	}
-	k.watch = transports.NewWatch(transports.WatchSpec{
+	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("detached docker kernel %.12s", id),
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
@@ -329,7 +324,7 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
 	k := t.runDetached(cl, rec, exited, result, stopWait)
-	k.info.FIFODir = fifoDirOf(ins.Container.HostConfig)
+	k.SetFIFODir(fifoDirOf(ins.Container.HostConfig))
 	return k, nil
 }
 
@@ -353,28 +348,3 @@ func kernelGrace(d time.Duration) time.Duration {
 	}
 	return time.Hour
 }
-
-// Info reports the container's id; its pids are not the host's.
-func (k *detachedKernel) Info() transports.Info { return k.info }
-
-// Kill ends the kernel: shutdown over the link, then the container's stop (TERM, then
-// KILL after StopGrace), then its removal; confirmed by the container's end.
-func (k *detachedKernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
-
-// Wait blocks until the container has stopped and is removed. A kernel let go (Detach)
-// is still watched: its Wait reports the container's end, which the engine tells.
-func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
-
-// Detach closes the link; the kernel and its container run on for its grace.
-func (k *detachedKernel) Detach() error { return k.client.Close() }
-
-// Record is what reattaching takes (Where is the container's id), with the frames
-// applied so far.
-func (k *detachedKernel) Record() transports.Record {
-	rec := k.rec
-	rec.Applied = k.client.Applied()
-	return rec
-}
-
-// Link is the kernel's link.
-func (k *detachedKernel) Link() *link.Client { return k.client }

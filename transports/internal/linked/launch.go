@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kennel-dev/kennel/link"
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // Launch is the Dialer of a kernel socket on this machine's file system while its kernel
@@ -40,3 +41,46 @@ func (l *Launch) Dial(ctx context.Context) (net.Conn, error) {
 	}
 	return c, err
 }
+
+// Detached is a detached kernel of a container transport (Docker's run mode, containerd):
+// its streams are its link's, its end is its Watch's, and it is let go of and recorded
+// the same way for both. A transport makes it with NewDetached, then sets Watch (whose
+// steps use the kernel's Stdin) before handing it out.
+type Detached struct {
+	*Streams
+	client *link.Client
+	info   transports.Info
+	rec    transports.Record
+	// Watch stages the kernel's kill and reaps it. Required.
+	Watch *transports.Watch
+}
+
+// NewDetached is the kernel reached over cl, named info, recorded as rec.
+func NewDetached(cl *link.Client, info transports.Info, rec transports.Record) *Detached {
+	return &Detached{Streams: New(cl), client: cl, info: info, rec: rec}
+}
+
+// Info is the kernel's Info.
+func (k *Detached) Info() transports.Info { return k.info }
+
+// SetFIFODir sets Info.FIFODir (where the kernel sees the session's FIFO directory).
+func (k *Detached) SetFIFODir(dir string) { k.info.FIFODir = dir }
+
+// Kill ends the kernel through its Watch's stages.
+func (k *Detached) Kill(ctx context.Context) error { return k.Watch.Kill(ctx) }
+
+// Wait blocks until the kernel has ended and its objects are released.
+func (k *Detached) Wait() (transports.Exit, error) { return k.Watch.Wait() }
+
+// Detach lets the kernel go: its link closes and it runs on for its grace.
+func (k *Detached) Detach() error { return k.client.Close() }
+
+// Record is what a later controller reattaches from, its applied seq current.
+func (k *Detached) Record() transports.Record {
+	r := k.rec
+	r.Applied = k.client.Applied()
+	return r
+}
+
+// Link is the kernel's link.
+func (k *Detached) Link() *link.Client { return k.client }
