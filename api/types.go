@@ -249,7 +249,9 @@ type Job struct {
 	// StartedAt is Unix milliseconds.
 	StartedAt int64 `json:"started_at"`
 	// State is "running" or "ended", or "unknown" for a job an earlier daemon saw start
-	// and not end (a restart came between): it may have ended or run on, unseen.
+	// and not end that no later daemon could pick up (its record names no way to read it
+	// again): it may have ended or run on, unseen. A job a restarted daemon picks up from
+	// its record (its kernel resumed) is "running" until it ends there.
 	State string `json:"state"`
 	// End is how the job ended, nil while it runs.
 	End *JobEnd `json:"end"`

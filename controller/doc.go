@@ -5,8 +5,9 @@
 // Cells run with Execute (wait for the end) or ExecuteWait (a cell as a job that detaches
 // after its budget); shell commands run in the sandbox as jobs with RunJob. Every job has
 // one end, one bounded, retained output (packages jobs and output) and is killed through
-// its owner. A local kernel's job writes into FIFOs the controller reads; elsewhere its
-// bytes come as job_output frames.
+// its owner. A local or container kernel's job writes into files the controller tails
+// (a remote one's, files its transport streams), which outlive the controller; elsewhere
+// its bytes come as job_output frames.
 //
 // A Session owns one kernel at a time. When the kernel breaks the protocol (a
 // gate.ProtocolFault) the session fails the work in flight with that fault, logs it, kills

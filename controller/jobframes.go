@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"sync"
 
 	"github.com/kennel-dev/kennel/controller/gate"
 	"github.com/kennel-dev/kennel/jobs"
@@ -41,9 +42,11 @@ func (kc *kernelConn) job(id string, take bool) *jobRun {
 
 // endJobs ends the jobs of a kernel generation that ended with err.
 func endJobs(runs map[string]*jobRun, err error) {
+	var wg sync.WaitGroup
 	for _, r := range runs {
-		r.endWithout(err, jobs.End{})
+		wg.Go(func() { r.endWithout(err, jobs.End{}) })
 	}
+	wg.Wait()
 }
 
 // onJobFrame routes a job_start, job_output or job_end frame to its job. It runs on the
@@ -89,8 +92,11 @@ func (kc *kernelConn) onJobStart(f gate.Frame) {
 		log.Warn("job_start of no running job dropped", "id", e.ID)
 		return
 	}
-	if r.fifos != nil {
-		r.fifos.release() // the kernel has opened its ends, or never will
+	if r.streams != nil {
+		r.streams.release() // the kernel has opened its ends, or never will
+	}
+	if r.started != nil {
+		r.startMu.Do(func() { close(r.started) })
 	}
 	if err := r.job.SetPID(e.PID); err != nil {
 		log.Warn("job_start refused", "job", e.ID, "err", err)
@@ -131,12 +137,12 @@ func (kc *kernelConn) onJobEnd(f gate.Frame) {
 		r.endWithout(fmt.Errorf("%w: %w", ErrKernelExited, err), jobs.End{})
 		return
 	}
-	if r.fifos == nil {
+	if r.streams == nil {
 		r.finish(end)
 		return
 	}
 	go func() {
-		r.fifos.drain(kc.s.opts.JobKillGrace)
+		r.streams.drain(kc.s.opts.JobKillGrace)
 		r.finish(end)
 	}()
 }

@@ -61,7 +61,7 @@ func TestALocalJobsOutputGoesThroughFIFOs(t *testing.T) {
 		t.Fatalf("output %q", all)
 	}
 	for i, name := range []string{"-stdout", "-stderr"} {
-		if !strings.HasPrefix(lines[i], filepath.Join(s.SpillDir(), "kennel-fifo-")) || !strings.Contains(lines[i], name) {
+		if !strings.HasPrefix(lines[i], filepath.Join(s.SpillDir(), "kennel-out-")) || !strings.Contains(lines[i], name) {
 			t.Errorf("fd %d of the job is %q, want a FIFO ...%s in %s", i+1, lines[i], name, s.SpillDir())
 		}
 	}
@@ -70,7 +70,7 @@ func TestALocalJobsOutputGoesThroughFIFOs(t *testing.T) {
 	if got := readAll(t, j.Capture()); string(got) != "a\x00\xffb" {
 		t.Errorf("stderr bytes %q, want %q", got, "a\x00\xffb")
 	}
-	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "kennel-fifo-*"))
+	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "kennel-out-*"))
 	if len(left) != 0 {
 		t.Errorf("FIFOs left after the job: %v", left)
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
+	"github.com/kennel-dev/kennel/transports"
 )
 
 // pipeOutput is a transports.JobOutput over two in-memory pipes: the test writes what
@@ -18,9 +20,11 @@ type pipeOutput struct {
 	outR, errR *io.PipeReader
 	outW, errW *io.PipeWriter
 
-	mu       sync.Mutex
-	released bool
-	closed   bool
+	gaps [2]*transports.Gap
+
+	mu     sync.Mutex
+	ended  bool
+	closed bool
 }
 
 func newPipeOutput() *pipeOutput {
@@ -34,10 +38,12 @@ func (p *pipeOutput) Paths() (string, string) { return "/run/out", "/run/err" }
 func (p *pipeOutput) Stdout() io.Reader       { return p.outR }
 func (p *pipeOutput) Stderr() io.Reader       { return p.errR }
 
-func (p *pipeOutput) Release() {
+func (p *pipeOutput) Gaps() [2]*transports.Gap { return p.gaps }
+
+func (p *pipeOutput) End() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.released = true
+	p.ended = true
 }
 
 func (p *pipeOutput) Close() error {
@@ -49,10 +55,10 @@ func (p *pipeOutput) Close() error {
 	return nil
 }
 
-func (p *pipeOutput) state() (released, closed bool) {
+func (p *pipeOutput) state() (ended, closed bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.released, p.closed
+	return p.ended, p.closed
 }
 
 // testJob starts a job of a fresh table.
@@ -96,8 +102,8 @@ func TestARemoteOutputDrainsBytesStillArriving(t *testing.T) {
 	p.outW.Close()
 	p.errW.Close()
 	<-drained
-	if released, _ := p.state(); !released {
-		t.Error("drain did not release the FIFOs")
+	if ended, _ := p.state(); !ended {
+		t.Error("drain did not say the job ended")
 	}
 	if st := j.Capture().Stat(); st.Seen != 81 {
 		t.Fatalf("%d bytes seen, want 81", st.Seen)
@@ -121,5 +127,33 @@ func TestARemoteOutputHeldSilentIsStopped(t *testing.T) {
 	}
 	if st := j.Capture().Stat(); st.Seen != 6 {
 		t.Fatalf("%d bytes seen, want 6", st.Seen)
+	}
+}
+
+// TestARemoteOutputCountsAStreamsGapWhereItFalls: a resumed transport stream with a gap
+// (bytes an earlier reader consumed and punched) counts the gap as lost after exactly
+// At bytes of the stream, whatever the reads' sizes: seen is read plus lost, and the bytes
+// before the gap are kept as read.
+func TestARemoteOutputCountsAStreamsGapWhereItFalls(t *testing.T) {
+	p := newPipeOutput()
+	p.gaps[0] = &transports.Gap{At: 10, N: 1000}
+	j := testJob(t)
+	r := newRemoteOutput(p, j)
+	go func() {
+		_, _ = p.outW.Write([]byte("0123456789abcdef")) // 10 before the gap, 6 after
+		p.outW.Close()
+		p.errW.Close()
+	}()
+	r.drain(time.Second)
+	st := j.Capture().Stat()
+	if st.Seen != 1016 {
+		t.Fatalf("%d bytes seen, want 16 read and 1000 lost", st.Seen)
+	}
+	pg, err := j.Capture().ReadPage(0, 10)
+	if err != nil || string(pg.Data) != "0123456789" {
+		t.Fatalf("before the gap: %q, %v", pg.Data, err)
+	}
+	if _, err := j.Capture().ReadPage(10, 1); !errors.Is(err, output.ErrLost) {
+		t.Fatalf("a byte of the gap read: %v", err)
 	}
 }

@@ -65,7 +65,11 @@ type jobRun struct {
 	frameID string     // the job id (shell jobs) or the cell id (cell jobs)
 	job     *jobs.Job  // set right after Table.Start, before any frame can name the job
 	cell    *cellRun   // cell jobs
-	fifos   jobStreams // shell jobs whose output comes beside the frames (see openJobStreams); nil for frames
+	streams jobStreams // shell jobs whose output comes beside the frames (see openJobStreams); nil for frames
+	way     jobWay     // how: the way of streams, and its files as the kernel named them
+	paths   [2]string
+	started chan struct{} // shell jobs RunJob started: closed at job_start
+	startMu sync.Once
 
 	mu     sync.Mutex
 	pgid   int         // shell jobs of a kernel with HostGroups: the group verified at job_start
@@ -74,11 +78,18 @@ type jobRun struct {
 }
 
 // endWithout ends the job with end, which is not its own (an unknown end when its kernel
-// ended), recording cause as the reason when this end is the one that takes. r.mu is
+// ended), recording cause as the reason when this end is the one that takes; a job's
+// output files are read to their end first. r.mu is
 // held across Finish, so a waiter woken by the end reads the cause that goes with it.
 func (r *jobRun) endWithout(cause error, end jobs.End) {
-	if r.fifos != nil {
-		r.fifos.stop()
+	switch st := r.streams.(type) {
+	case nil:
+	case *jobFiles:
+		// The files hold what the job wrote, its kernel gone or not: read them to their
+		// end (at most JobKillGrace while the job writes on) before the end is taken.
+		st.drain(r.s.opts.JobKillGrace)
+	default:
+		st.stop()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -154,6 +165,14 @@ func (s *Session) SaveOutput(ctx context.Context, id jobs.ID) (string, error) {
 	return path, nil
 }
 
+// conn is the kernel generation that runs r: set at the start, or, for a job an earlier
+// controller started, once its kernel was reattached (nil until then).
+func (r *jobRun) conn() *kernelConn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kc
+}
+
 // Kill is the job's owner: a shell job's process group is signalled by its kernel (and
 // by the controller after a grace, see RunJob); a cell is interrupted, and its kernel
 // killed after Options.InterruptGrace. It returns once the request is sent (or ctx ends);
@@ -163,10 +182,14 @@ func (r *jobRun) Kill(ctx context.Context) error {
 		go r.killCellAfterGrace()
 		return r.send(ctx, protocol.Interrupt{ID: r.frameID})
 	}
+	kc := r.conn()
+	if kc == nil {
+		return fmt.Errorf("kill job %s: its kernel is being reattached; try again: %w", r.job.ID(), errdefs.ErrUnavailable)
+	}
 	r.mu.Lock()
 	pgid := r.pgid
 	r.mu.Unlock()
-	if g := r.kc.jobs.groups; pgid != 0 && g != nil {
+	if g := kc.jobs.groups; pgid != 0 && g != nil {
 		go r.hostKill(g, pgid)
 	}
 	err := r.send(ctx, protocol.JobKill{ID: r.frameID})
@@ -180,7 +203,11 @@ func (r *jobRun) Kill(ctx context.Context) error {
 // send queues f for the job's kernel, giving up waiting for room when ctx ends: a wedged
 // kernel may not read its stdin.
 func (r *jobRun) send(ctx context.Context, f protocol.HostFrame) error {
-	if err := r.kc.writeFrame(ctx, f); err != nil {
+	kc := r.conn()
+	if kc == nil {
+		return fmt.Errorf("kill job %s: its kernel is being reattached; try again: %w", r.job.ID(), errdefs.ErrUnavailable)
+	}
+	if err := kc.writeFrame(ctx, f); err != nil {
 		return fmt.Errorf("kill job %s: %w", r.job.ID(), err)
 	}
 	return nil

@@ -24,9 +24,12 @@ func DefaultStateDir() string {
 type jobSet struct {
 	table     *jobs.Table
 	outputDir string     // SaveOutput's files, shared by the sessions of one state directory
-	spillDir  string     // this session's spill files and FIFOs, removed with the session
-	fifoDir   string     // FIFOs a container kernel opens through a mount (see fifoDirName); "" for none
-	fifoPool  *sync.Pool // read buffers of jobs' FIFOs (see jobFIFOs)
+	spillDir  string     // this session's spill files and job output files, removed with the session
+	jobOutDir string     // job output files a container kernel opens through a mount (see jobOutDirName); "" for none
+	filePool  *sync.Pool // read buffers of jobs' output files (see jobFiles)
+	keep      int64      // what a capture retains from offset 0: never punched from a job's files
+
+	adopted []*jobRun // Options.ResumeJobs' jobs, until their kernel is resumed (s.mu)
 
 	mu   sync.Mutex
 	runs map[jobs.ID]*jobRun
@@ -71,13 +74,13 @@ func (s *Session) initJobs(ctx context.Context) error {
 	if err := output.PrepareDir(spill); err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
-	fifoDir := ""
+	jobOutDir := ""
 	if !s.opts.Transport.Capabilities().SameFS {
-		d, err := prepareFIFODir(spill)
+		d, err := prepareJobOutDir(spill)
 		if err != nil {
 			s.log.Warn("job output goes through frames", "err", err)
 		}
-		fifoDir = d
+		jobOutDir = d
 	}
 	table, err := jobs.NewTable(jobs.TableOptions{
 		Truncation: s.opts.Truncation,
@@ -88,7 +91,11 @@ func (s *Session) initJobs(ctx context.Context) error {
 		_ = os.RemoveAll(spill)
 		return fmt.Errorf("start session: %w", err)
 	}
-	s.jobs = jobSet{table: table, outputDir: dir, spillDir: spill, fifoDir: fifoDir, fifoPool: newFIFOPool(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune}
+	s.jobs = jobSet{
+		table: table, outputDir: dir, spillDir: spill, jobOutDir: jobOutDir, filePool: newFilePool(),
+		keep: table.Retains(), runs: make(map[jobs.ID]*jobRun), pruneAt: minRunsPrune,
+	}
+	s.adoptJobs(s.opts.ResumeJobs)
 	return nil
 }
 
@@ -98,12 +105,12 @@ func (s *Session) Jobs() *jobs.Table { return s.jobs.table }
 
 // OutputDir is the private directory where SaveOutput writes a job's full output; files
 // there older than output.SpillKeep are pruned when a session starts. Spill files (the
-// retained output of running and ended jobs) and job FIFOs live in a directory of the
+// retained output of running and ended jobs) and job output files live in a directory of the
 // session's own inside it, removed when the session ends.
 func (s *Session) OutputDir() string { return s.jobs.outputDir }
 
 // SpillDir is the session's own directory inside OutputDir: its jobs' spill files and
-// FIFOs. Close removes it once the session's kernels have ended.
+// output files. Close removes it once the session's kernels have ended.
 func (s *Session) SpillDir() string { return s.jobs.spillDir }
 
 // add records r. Once runs reaches pruneAt it forgets the runs of jobs the table dropped,

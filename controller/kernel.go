@@ -87,6 +87,13 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 		return nil, err
 	}
 	resumed := k != nil
+	if !resumed && s.resume == nil && len(s.jobs.adopted) > 0 {
+		lost := s.Origin().Lost
+		if lost == nil {
+			lost = errors.New("its kernel was not resumed")
+		}
+		s.endAdopted(lost)
+	}
 	if k == nil && resumeOnly {
 		return nil, nil
 	}
@@ -103,7 +110,7 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 			Env:       s.kernelEnv(),
 			Python:    s.opts.Python,
 			Stderr:    stderr,
-			FIFODir:   s.jobs.fifoDir,
+			JobOutDir: s.jobs.jobOutDir,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("start kernel: %w", err)
@@ -122,6 +129,9 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 		helloCh:   make(chan protocol.Hello, 1),
 	}
 	kc.stdin = newStdinWriter(k.Stdin(), kc.fail)
+	if resumed {
+		s.takeAdopted(sctx, kc)
+	}
 	s.generations.Add(1)
 	go kc.read()
 
@@ -142,6 +152,7 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 	s.log.Debug("kernel started", "transport", k.Info().Transport, "pid", kc.hello.PID, "python", kc.hello.Python)
 	s.kernelState(KernelRunning, kc.hello.PID, nil)
 	if resumed {
+		kc.settleAdopted()
 		go kc.reloadFunctions() // the earlier controller was told them; this one asks
 	}
 	if dk, ok := k.(transports.Detachable); ok && s.opts.OnKernel != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // spillDirPrefix names a session's own output directory inside <state>/output: the
-// spill files of its jobs' captures and its jobs' FIFOs. The session id follows.
+// spill files of its jobs' captures and its jobs' output files. The session id follows.
 const spillDirPrefix = "session-"
 
 // removeSpill removes the session's spill directory, once its kernels have ended: what

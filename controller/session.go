@@ -144,6 +144,15 @@ type Options struct {
 	// reattached (a transports.Detachable kernel) once its hello was checked, before
 	// Start or the call that started it returns: what a store keeps. It must not block.
 	OnKernel func(rec transports.Record)
+	// OnJob, when set, is given the record of each shell job before the kernel is told to
+	// run it: what a store keeps so a later controller can pick the job up (ResumeJobs).
+	// An error refuses the job (RunJob returns it, wrapped) and nothing runs.
+	OnJob func(rec JobRecord) error
+	// ResumeJobs are the shell jobs an earlier controller started in Resume's kernel
+	// (their OnJob records): each is in the job table from Start on, under its id, its
+	// output read again from its files; it is carried on by the reattached kernel, or
+	// ends (ErrJobEndUnseen, ErrKernelExited) when the kernel ended meanwhile or is gone.
+	ResumeJobs []JobRecord
 }
 
 // Origin says how a session's first kernel came to be.

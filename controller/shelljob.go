@@ -18,20 +18,24 @@ import (
 const MaxCommandBytes = 128<<10 - 1
 
 // RunJob starts command as a shell job inside the sandbox (`/bin/sh -c command`, in its
-// own process group there) and returns it at once. Its stdout and stderr arrive as bytes,
+// own process group there) and returns it once the kernel has started it (its
+// job_start; at most 10 s, or until ctx ends), so that a job RunJob returned is one the
+// kernel has, whatever happens to this process after. Its stdout and stderr arrive as bytes,
 // never decoded, in the job's Capture, bounded for reports by opts.Truncation or the
 // session's. The job ends exactly once: with the kernel's job_end, or with an unknown end
 // when its kernel ends first (JobWait.Err then says why).
 //
-// Where the kernel can open FIFOs the controller reads (transports.JobOutputs says
-// where: a kernel that shares the host's file system, Capabilities.SameFS; a container
-// given the session's FIFO directory, Info.FIFODir; a transport that carries the bytes
-// itself, transports.JobOutputs) the job's stdout and stderr are such FIFOs, and their
-// bytes never pass through the kernel's Python (the kernel falls back to forwarding
-// frames if it cannot open them); the kernel's job_end then takes effect once both
-// FIFOs reached end of file, or after Options.JobKillGrace when a process that outlived
-// the shell still holds one (the bytes read until then are the job's output; for bytes a
-// transport carries, JobKillGrace after the last byte arrived, at most a minute).
+// Where the kernel can write files whose bytes reach the controller beside the frames
+// (transports.JobOutputs says where: a kernel that shares the host's file system,
+// Capabilities.SameFS; a container given the session's job output directory,
+// Info.JobOutDir; a transport that carries the bytes itself, transports.JobOutputs) the
+// job's stdout and stderr are such files, regular files the job appends to and the
+// controller tails, and their bytes never pass through the kernel's Python (the kernel
+// falls back to forwarding frames if it cannot open them); the kernel's job_end takes
+// effect once both files were read to their end (for bytes a transport carries, at most
+// JobKillGrace after the last byte arrived, at most a minute). A file needs no reader, so
+// the job runs on when the controller dies: Options.OnJob records it first, and a later
+// controller picks it up (Options.ResumeJobs) and reads its files again.
 //
 // Job.Kill goes through the job's owner: the kernel signals the job's process group
 // (SIGTERM); for a kernel that lets the controller signal its jobs' groups on the host
@@ -51,7 +55,7 @@ func (s *Session) RunJob(ctx context.Context, command string, opts JobOptions) (
 }
 
 // runJob is RunJob; edit, when not nil, may change the job_run frame before it is sent
-// (tests: a kernel that cannot open its FIFOs).
+// (tests: a kernel that cannot open its files).
 func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, edit func(*protocol.JobRun)) (*jobs.Job, error) {
 	if err := checkCommand(command); err != nil {
 		return nil, err
@@ -65,21 +69,34 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 	if err != nil {
 		return nil, err
 	}
-	r := &jobRun{s: s, kc: kc, kind: shellJob}
+	r := &jobRun{s: s, kc: kc, kind: shellJob, started: make(chan struct{})}
 	job, err := s.jobs.table.Start(jobs.Spec{Command: command, Owner: r, Truncation: opts.Truncation})
 	if err != nil {
 		return nil, fmt.Errorf("run job: %w", err)
 	}
 	r.job, r.frameID = job, job.ID().String()
 	frame := protocol.JobRun{ID: r.frameID, Command: command}
-	if streams, paths := s.openJobStreams(ctx, kc, job); streams != nil {
-		r.fifos = streams
+	var host [2]string
+	if streams, paths, way := s.openJobStreams(ctx, kc, job); streams != nil {
+		r.streams, r.way, r.paths = streams, way, paths
 		frame.Stdout, frame.Stderr = paths[0], paths[1]
+		if f, ok := streams.(*jobFiles); ok {
+			host = f.paths
+		}
 	}
 	if edit != nil {
 		edit(&frame)
 	}
 	s.jobs.add(r)
+	if s.opts.OnJob != nil {
+		if err := s.opts.OnJob(r.record(host)); err != nil {
+			if r.streams != nil {
+				r.streams.drain(s.opts.JobKillGrace) // nothing was written: its files go
+			}
+			r.endWithout(err, jobs.End{})
+			return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+		}
+	}
 
 	kc.mu.Lock()
 	if kc.err != nil {
@@ -98,8 +115,24 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 		r.endWithout(err, jobs.End{})
 		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
 	}
+	// The job_run may still be in this process's buffers: a caller told of the job before
+	// the kernel has it would be told of a job that never runs if this process died now.
+	// Wait for the kernel's word (its job_start, or the job's end) a while.
+	t := time.NewTimer(jobStartWait)
+	defer t.Stop()
+	select {
+	case <-r.started:
+	case <-job.Done():
+	case <-kc.done:
+	case <-ctx.Done():
+	case <-t.C:
+		s.log.Warn("the kernel has not started a job yet; going on", "job", job.ID(), "waited", jobStartWait)
+	}
 	return job, nil
 }
+
+// jobStartWait bounds how long RunJob waits for the kernel's job_start.
+const jobStartWait = 10 * time.Second
 
 // checkCommand refuses a command /bin/sh -c cannot be given.
 func checkCommand(command string) error {

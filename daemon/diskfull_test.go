@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kennel-dev/kennel/api"
 	kclient "github.com/kennel-dev/kennel/client"
@@ -20,8 +21,9 @@ import (
 
 // TestAFullStateDiskRefusesAKeyedCellAndLosesNothing: the daemon's state directory on a
 // real small tmpfs, filled to the last byte: a cell under an Idempotency-Key (which must
-// be recorded before it is sent) is refused 507 no_space and not run; an unkeyed cell
-// still runs; what was recorded before (the session, a keyed cell's reply) is intact, and
+// be recorded before it is sent) is refused 507 no_space and not run, and so is a shell
+// job (recorded before it runs, to be picked up after a restart); an unkeyed cell still
+// runs; what was recorded before (the session, a keyed cell's reply) is intact, and
 // once there is room again keyed cells run.
 func TestAFullStateDiskRefusesAKeyedCellAndLosesNothing(t *testing.T) {
 	testneed.Root(t)
@@ -81,6 +83,28 @@ func TestAFullStateDiskRefusesAKeyedCellAndLosesNothing(t *testing.T) {
 		t.Fatalf("a keyed cell on a full disk: %v, want 507 no_space", err)
 	}
 	t.Logf("%d keyed cells recorded in the store's own room, then: %v", accepted, err)
+	// A shell job is recorded before it runs: once its record finds no room (commands of
+	// 120 KiB fill what the store's file still has), it is refused the same way and
+	// never runs.
+	jobPad := ": " + strings.Repeat("y", 120<<10) + "\n"
+	var marker string
+	for n := 0; ; n++ {
+		if n > 64 {
+			t.Fatal("64 jobs of 120 KiB recorded on a full 8 MiB disk")
+		}
+		marker = filepath.Join(t.TempDir(), "ran")
+		_, err = r.c.RunJob(ctx, s.ID, jobPad+"touch "+marker)
+		if err != nil {
+			break
+		}
+	}
+	if !errors.As(err, &ae) || ae.Code != api.CodeNoSpace || ae.Status != 507 {
+		t.Fatalf("a job on a full disk: %v, want 507 no_space", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused job ran: %v", err)
+	}
 	rep, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "(n, globals().get('m', 0))"})
 	if err != nil || rep.Cell == nil || *rep.Cell.Result != "(1, "+strconv.Itoa(accepted)+")" {
 		t.Fatalf("an unkeyed cell on a full disk: %+v, %v; want it to run, and the refused cell not to have run", rep, err)

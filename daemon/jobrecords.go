@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/kennel-dev/kennel/store"
@@ -27,7 +28,49 @@ const maxKept = 1 << 20
 // jobsDir is where session id's jobs' kept output lives.
 func (s *Server) jobsDir(id string) string { return filepath.Join(s.opts.StateDir, "jobs", id) }
 
-// trackJob is entry.addJob for a shell job this daemon started, which it also records.
+// jobRecorder is a session's controller.Options.OnJob: the record of each shell job is
+// in the store before its kernel is told to run it, so a daemon that dies at any moment
+// after leaves a record the next one picks the job up from (a job the store cannot take
+// is refused: on a full disk, 507 no_space).
+func (s *Server) jobRecorder(session string, epoch uint64) func(controller.JobRecord) error {
+	return func(jr controller.JobRecord) error {
+		raw, err := json.Marshal(jr)
+		if err != nil {
+			return err
+		}
+		rec := store.Job{ID: jr.ID.String(), Epoch: epoch, Command: jr.Command, Started: jr.Started, State: store.JobRunning, Resume: raw}
+		if _, err := s.store.PutJob(session, rec); err != nil {
+			return fmt.Errorf("record job %s: %w", jr.ID, err)
+		}
+		return nil
+	}
+}
+
+// resumeJobs are the jobs of session id an earlier daemon recorded running with what a
+// controller needs to pick them up: the Options.ResumeJobs of its resumed kernel.
+func (s *Server) resumeJobs(id string, epoch uint64) []controller.JobRecord {
+	recs, err := s.store.Jobs(id)
+	if err != nil {
+		s.log.Warn("reading the session's job records", "session", id, "err", err)
+		return nil
+	}
+	var out []controller.JobRecord
+	for _, r := range recs {
+		if r.State != store.JobRunning || r.Epoch >= epoch || len(r.Resume) == 0 {
+			continue
+		}
+		var jr controller.JobRecord
+		if err := json.Unmarshal(r.Resume, &jr); err != nil || jr.ID.String() != r.ID {
+			s.log.Warn("a job record that cannot be picked up", "session", id, "job", r.ID, "err", err)
+			continue
+		}
+		out = append(out, jr)
+	}
+	return out
+}
+
+// trackJob is entry.addJob for a shell job this daemon runs (started, or picked up from
+// an earlier daemon's record), whose end it records.
 func (s *Server) trackJob(e *entry, id jobs.ID) {
 	e.addJob(id)
 	j, ok := e.sess.Jobs().Job(id)
@@ -45,9 +88,6 @@ func (s *Server) trackJob(e *entry, id jobs.ID) {
 		return
 	}
 	rec := store.Job{ID: id.String(), Epoch: e.epoch, Command: j.Command(), Started: j.Started(), State: store.JobRunning}
-	if _, err := s.store.PutJob(e.id, rec); err != nil && !errors.Is(err, store.ErrNoSession) {
-		s.log.Warn("recording a job's start", "session", e.id, "job", id, "err", err)
-	}
 	s.records.Add(1)
 	go func() {
 		defer s.records.Done()
@@ -77,6 +117,7 @@ func (s *Server) trackJob(e *entry, id jobs.ID) {
 			s.log.Warn("recording a job's end", "session", e.id, "job", id, "err", err)
 			return
 		}
+		e.sess.JobRecorded(id) // its end is in the store: its output files may go
 		if dropped != nil && dropped.Kept != "" {
 			_ = os.Remove(dropped.Kept)
 		}
@@ -178,7 +219,7 @@ func recordedPage(r store.Job, offset, limit int64) (api.OutputPage, error) {
 	}
 	limit = min(limit, output.MaxPage)
 	seen := max(r.Seen, int64(len(kept)))
-	if offset > int64(len(kept)) || (offset == int64(len(kept)) && offset < seen) {
+	if offset > int64(len(kept)) || (offset == int64(len(kept)) && offset < seen && limit > 0) {
 		return api.OutputPage{}, &api.Error{Status: http.StatusRequestedRangeNotSatisfiable, Code: api.CodeOutputRefused,
 			Message: fmt.Sprintf("job %s ran under an earlier daemon, which kept the first %d of its %d bytes; offset %d is past them", r.ID, len(kept), r.Seen, offset)}
 	}

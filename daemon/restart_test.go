@@ -2,8 +2,10 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -248,9 +250,9 @@ func TestARestartedDaemonResumesADockerKernelAndSweepsOneNoRecordHolds(t *testin
 }
 
 // TestJobsAndTheirOutputAnswerAfterARestart: jobs an earlier daemon ran are listed after
-// a SIGKILL-free restart and their output read: an ended one as it ended, with its bytes;
-// one still running when the daemon stopped as unknown. A job of an earlier daemon cannot
-// be stopped from here (409).
+// a restart and their output read: an ended one as it ended, with its bytes; one still
+// running when the daemon stopped is picked up by the next (running, in its table) and
+// stopped from there.
 func TestJobsAndTheirOutputAnswerAfterARestart(t *testing.T) {
 	state := filepath.Join(shortDir(t), "state")
 	ctx := context.Background()
@@ -260,18 +262,7 @@ func TestJobsAndTheirOutputAnswerAfterARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		list, err := r.c.Jobs(ctx, s.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(list) == 1 && list[0].State == "ended" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not end: %+v", list)
-		}
-	}
+	waitJobState(t, r, s.ID, done.ID, "ended")
 	running, err := r.c.RunJob(ctx, s.ID, "sleep 1000")
 	if err != nil {
 		t.Fatal(err)
@@ -287,16 +278,105 @@ func TestJobsAndTheirOutputAnswerAfterARestart(t *testing.T) {
 	if j := byID[done.ID]; j.State != "ended" || j.End == nil || j.End.ExitCode == nil || *j.End.ExitCode != 3 {
 		t.Fatalf("the ended job after the restart: %+v", j)
 	}
-	if j := byID[running.ID]; j.State != "unknown" {
-		t.Fatalf("the job running at the stop, after the restart: %+v; want unknown", j)
+	if j := byID[running.ID]; j.State != "running" {
+		t.Fatalf("the job running at the stop, after the restart: %+v; want it picked up, running", j)
 	}
 	page, err := r.c.Output(ctx, s.ID, done.ID, 0, 1<<16)
 	if err != nil || string(page.Data) != "line one\nline two\n" || !page.EOF {
 		t.Fatalf("the ended job's output after the restart: %+v, %v", page, err)
 	}
-	if _, err := r.c.StopJob(ctx, s.ID, running.ID); err == nil {
-		t.Fatal("a job of an earlier daemon was stopped from here")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := r.c.StopJob(ctx, s.ID, running.ID)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the picked-up job could not be stopped: %v", err)
+		}
 	}
+	if j := waitJobState(t, r, s.ID, running.ID, "ended"); j.End == nil || !j.End.Killed {
+		t.Fatalf("the stopped job: %+v", j)
+	}
+}
+
+// TestAJobRunsOnAcrossARestartAndItsOutputIsWhole: a job writing 300 numbered lines
+// while the daemon stops and a new one starts (the kernel detached with the job running,
+// its output going to files nobody reads meanwhile) is picked up by the next daemon and
+// ends there with exit 0, its output byte for byte what it wrote, none lost or twice.
+func TestAJobRunsOnAcrossARestartAndItsOutputIsWhole(t *testing.T) {
+	state := filepath.Join(shortDir(t), "state")
+	ctx := context.Background()
+	r := serveDetaching(t, daemon.Options{StateDir: state})
+	s := r.newSession(t)
+	j, err := r.c.RunJob(ctx, s.ID, "i=0; while [ $i -lt 300 ]; do echo line $i; i=$((i+1)); sleep 0.01; done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p, err := r.c.Output(ctx, s.ID, j.ID, 0, 16)
+		if err == nil && len(p.Data) > 0 {
+			break // it writes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output from the job: %v", err)
+		}
+	}
+	r.stop()
+	time.Sleep(500 * time.Millisecond) // it writes on with nobody reading
+
+	r = serveDetaching(t, daemon.Options{StateDir: state, StopKernels: true})
+	end := waitJobState(t, r, s.ID, j.ID, "ended")
+	if end.End == nil || end.End.ExitCode == nil || *end.End.ExitCode != 0 {
+		t.Fatalf("the job after the restart: %+v", end)
+	}
+	var got []byte
+	for off := int64(0); ; {
+		p, err := r.c.Output(ctx, s.ID, j.ID, off, 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Data...)
+		off += int64(len(p.Data))
+		if p.EOF {
+			break
+		}
+	}
+	if string(got) != want.String() {
+		t.Fatalf("the job's output across the restart: %d bytes, want %d; first difference at %d", len(got), want.Len(), firstDiff(got, []byte(want.String())))
+	}
+}
+
+// waitJobState waits up to 30 s for job id of session sid to be in state, and returns it.
+func waitJobState(t *testing.T, r *running, sid, id, state string) api.Job {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		list, err := r.c.Jobs(context.Background(), sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range list {
+			if j.ID == id && j.State == state {
+				return j
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s did not reach %s: %+v", id, state, list)
+		}
+	}
+}
+
+// firstDiff is the first offset where a and b differ.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }
 
 // TestARestartedDaemonResumesAContainerdKernel: a containerd session let go by a graceful

@@ -145,7 +145,11 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 		Resume:         rec.Kernel,
 		Background:     rec.Epoch > 0, // a restored session answers at once; its kernel follows
 		OnKernel:       k.kernel,
+		OnJob:          s.jobRecorder(rec.ID, rec.Epoch),
 	})
+	if rec.Kernel != nil {
+		opts.ResumeJobs = s.resumeJobs(rec.ID, rec.Epoch)
+	}
 	if opts.Handler != nil {
 		opts.Handler = countingHandler{h: opts.Handler, m: s.metrics}
 	}
@@ -160,7 +164,6 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 	}
 	_, e.resumable = parts.Transport.(transports.Reattacher)
 	e.epoch = rec.Epoch
-	rec.Kernel = nil
 	if err := k.store(rec); err != nil {
 		s.endSession(ctx, e)
 		return nil, fmt.Errorf("session %s: %w", rec.ID, err)
@@ -168,6 +171,11 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 	if err := s.reg.add(e); err != nil {
 		s.endSession(ctx, e)
 		return nil, err
+	}
+	for _, jr := range opts.ResumeJobs {
+		if _, ok := sess.Jobs().Job(jr.ID); ok {
+			s.trackJob(e, jr.ID) // picked up: its end is recorded as this daemon's jobs' are
+		}
 	}
 	return e, nil
 }
@@ -197,11 +205,15 @@ func (k *kernelRecords) kernel(rec transports.Record) {
 	}
 }
 
-// store puts the session, with the first kernel's record.
+// store puts the session, with the first kernel's record when one started; a restored
+// session keeps the record of the kernel it is resuming meanwhile (a daemon that dies
+// before the resume ends leaves it to the next).
 func (k *kernelRecords) store(rec store.Session) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	rec.Kernel = k.first
+	if k.first != nil {
+		rec.Kernel = k.first
+	}
 	if err := k.st.Put(rec); err != nil {
 		return err
 	}

@@ -200,6 +200,23 @@ func (j *Job) Output(p []byte) error {
 	return nil
 }
 
+// Lost counts n bytes the job wrote that can no longer be read (output.Capture.Skip):
+// output an earlier controller consumed and whose file gave back its disk. After the end
+// it is ignored (ErrEnded, counted in Late as Output's bytes are).
+func (j *Job) Lost(n int64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.end != nil {
+		j.late.Outputs++
+		j.late.Bytes += n
+		return fmt.Errorf("output of job %s: %w", j.id, ErrEnded)
+	}
+	if err := j.capture.Skip(n); err != nil {
+		return fmt.Errorf("output of job %s: %w", j.id, err)
+	}
+	return nil
+}
+
 // Finish records the job's one end, as its owner reports it. The first valid end wins:
 // it closes the capture and Done, and Killed is set when a Kill came before it (unless
 // the end is Interrupted: the kill stopped the cell, not its kernel). A later

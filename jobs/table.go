@@ -1,9 +1,11 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/kennel-dev/kennel/output"
 )
@@ -84,6 +86,10 @@ func NewTable(opts TableOptions) (*Table, error) {
 	return t, nil
 }
 
+// Retains is how many bytes from offset 0 each job's capture retains (its spill limit
+// with a spill directory, else its memory prefix).
+func (t *Table) Retains() int64 { return t.captures.Retains() }
+
 // Clock returns the table's clock, the one Wait uses for its jobs.
 func (t *Table) Clock() Clock { return t.clock }
 
@@ -123,6 +129,39 @@ func (t *Table) Start(spec Spec) (*Job, error) {
 	j.id = t.next
 	t.jobs = append(t.jobs, j)
 	t.evictLocked()
+	return j, nil
+}
+
+// Adopt tracks a job an earlier table started, under its id and start time: a job that
+// ran on in a kernel while the controller that started it was gone (a restarted daemon
+// picks it up from its record). It gets a capture of its own, as Start's. It refuses an
+// id of 0 or one the table holds or will give (ErrInvalidID: only ids at or below the
+// table's TableOptions.After may be adopted), and what Start refuses, changing nothing.
+func (t *Table) Adopt(id ID, started time.Time, spec Spec) (*Job, error) {
+	if spec.Owner == nil {
+		return nil, fmt.Errorf("adopt job %s: %w", id, ErrNoOwner)
+	}
+	tr := output.Resolve(&t.opts.Truncation, spec.Truncation)
+	if err := tr.Validate(); err != nil {
+		return nil, fmt.Errorf("adopt job %s: %w", id, err)
+	}
+	j := &Job{
+		id:      id,
+		command: TakeScalars(spec.Command, MaxCommand),
+		started: started,
+		owner:   spec.Owner,
+		clock:   t.clock,
+		capture: t.captures.New(),
+		done:    make(chan struct{}),
+		trunc:   tr,
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i, held := slices.BinarySearchFunc(t.jobs, id, func(j *Job, id ID) int { return cmp.Compare(j.id, id) })
+	if id == 0 || held || id > t.opts.After {
+		return nil, fmt.Errorf("adopt job %s: the table holds it or gives its id: %w", id, ErrInvalidID)
+	}
+	t.jobs = slices.Insert(t.jobs, i, j)
 	return j, nil
 }
 

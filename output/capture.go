@@ -63,6 +63,8 @@ type Capture struct {
 	spilled   int64 // bytes [0, spilled) are in the spill file
 	spillErr  error
 	closed    bool
+	frozen    bool  // a Skip came before the end of what is retained from offset 0
+	tailFloor int64 // the tail never starts below it: the end of the last Skip
 }
 
 // NewCapture returns an empty, open Capture. It refuses a spill directory that is not
@@ -108,6 +110,15 @@ func NewCaptures(opts CaptureOptions) (*Captures, error) {
 	return &Captures{opts: opts}, nil
 }
 
+// Retains is how many bytes from offset 0 each capture of m retains: its SpillLimit with
+// a spill directory, else its PrefixBytes.
+func (m *Captures) Retains() int64 {
+	if m.opts.SpillDir != "" {
+		return m.opts.SpillLimit
+	}
+	return m.opts.PrefixBytes
+}
+
 // New returns an empty, open Capture with m's options. It makes no system call: the
 // spill directory, checked by NewCaptures, is checked again right before the capture
 // creates its spill file, and a directory that is no longer private then fails the spill
@@ -123,7 +134,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	closed, start, spillErr := c.closed, c.seen, c.spillErr
+	closed, start, spillErr, frozen := c.closed, c.seen, c.spillErr, c.frozen
 	c.mu.Unlock()
 	if closed {
 		return 0, fmt.Errorf("write capture: %w", ErrClosed)
@@ -136,7 +147,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 
 	// Disk first, outside c.mu: readers only ever see spilled bytes that are written.
 	spilled, spillPath := int64(-1), ""
-	if c.dir != "" && spillErr == nil && end > c.prefixCap && start < c.spillCap {
+	if c.dir != "" && spillErr == nil && !frozen && end > c.prefixCap && start < c.spillCap {
 		if c.spill == nil {
 			spillErr = c.openSpill(start) // writes the prefix [0, start)
 			spillPath = c.spillName()
@@ -163,7 +174,7 @@ func (c *Capture) Write(p []byte) (int, error) {
 	if spilled >= 0 && c.spillErr == nil {
 		c.spilled = spilled
 	}
-	if start < c.prefixCap {
+	if start < c.prefixCap && !frozen {
 		n := min(end, c.prefixCap) - start
 		if need := int64(len(c.prefix)) + n; need > int64(cap(c.prefix)) {
 			// Grow as append would, but never past the prefix cap: what a capture holds
@@ -192,6 +203,32 @@ func (c *Capture) Write(p []byte) (int, error) {
 	c.newlines += newlines
 	c.last = p[len(p)-1]
 	return len(p), nil
+}
+
+// Skip counts n bytes as written and lost: bytes the output had that nobody can read
+// any more (a job's output file whose consumed part an earlier controller punched). They
+// are in Seen, never readable, and the tail starts after them. A capture still
+// retaining from offset 0 (Seen below its prefix, or below its spill limit while it
+// spills) retains nothing more from there: bytes after the gap are kept only in the tail.
+// Lines counts the lines of the bytes written, not of the lost ones. After Close it is
+// ErrClosed; n <= 0 changes nothing.
+func (c *Capture) Skip(n int64) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("skip capture: %w", ErrClosed)
+	}
+	if n <= 0 {
+		return nil
+	}
+	if c.seen < c.prefixCap || c.dir != "" && c.spillErr == nil && c.seen < c.spillCap {
+		c.frozen = true
+	}
+	c.seen += n
+	c.tailFloor = c.seen
+	return nil
 }
 
 // spillName is the spill file's path; the caller holds wmu and spill is open.
@@ -296,7 +333,7 @@ func (c *Capture) statLocked() CaptureStat {
 	}
 	s.TailFrom = c.seen
 	if c.seen > c.prefixCap && c.tailCap > 0 {
-		s.TailFrom = max(c.prefixCap, c.seen-c.tailCap)
+		s.TailFrom = max(c.prefixCap, c.seen-c.tailCap, c.tailFloor)
 	}
 	s.Complete = s.Retained >= s.TailFrom
 	return s

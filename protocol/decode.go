@@ -23,7 +23,20 @@ type Hello struct {
 	PGID     int    // the kernel's process group
 	Python   string // the interpreter's version, e.g. "3.11.7"
 	Bundle   string // sha256 hex of the stub bundle
+	// Jobs are the shell jobs a detached kernel still runs, as its link hello names them
+	// (a reattached kernel's; none from a fresh one). Optional: absent is none.
+	Jobs []HelloJob
 }
+
+// HelloJob is a live job a hello names: its frame id, pid and process group.
+type HelloJob struct {
+	ID   string `json:"id"`
+	PID  int    `json:"pid"`
+	PGID int    `json:"pgid"`
+}
+
+// maxHelloJobs bounds the jobs a hello may name.
+const maxHelloJobs = 4096
 
 // Stream is output of cell ID (or of no cell, with ID ""), in the order written.
 type Stream struct {
@@ -228,6 +241,19 @@ func decodeHello(m fields) (h Hello, err error) {
 	}
 	if !isHex(h.Bundle, 64) {
 		return Hello{}, badField(f, "bundle", "not 64 lowercase hex digits")
+	}
+	if raw, ok := m["jobs"]; ok {
+		if err := json.Unmarshal(raw, &h.Jobs); err != nil {
+			return Hello{}, badField(f, "jobs", "not a list of jobs: %v", err)
+		}
+		if len(h.Jobs) > maxHelloJobs {
+			return Hello{}, badField(f, "jobs", "%d jobs (at most %d)", len(h.Jobs), maxHelloJobs)
+		}
+		for _, j := range h.Jobs {
+			if j.ID == "" || j.PID <= 0 || j.PGID <= 0 {
+				return Hello{}, badField(f, "jobs", "job %+v has no id, pid or group", j)
+			}
+		}
 	}
 	return h, nil
 }

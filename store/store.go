@@ -506,6 +506,9 @@ type Job struct {
 	Kept string `json:"kept,omitempty"`
 	// Seq orders a session's job records for the bound.
 	Seq uint64 `json:"seq"`
+	// Resume is what a later controller needs to pick the job up while it runs (the
+	// controller's JobRecord, opaque here); gone once the job's end is recorded.
+	Resume json.RawMessage `json:"resume,omitempty"`
 }
 
 // The states of a Job.

@@ -50,12 +50,12 @@ type Spec struct {
 	// the caller passes a bounded writer. Nil discards it.
 	Stderr io.Writer
 
-	// FIFODir, when set, is a host directory of the session's own in which the caller
-	// makes its jobs' output FIFOs (see JobOutputs for the whole rule). A transport whose
-	// kernel runs on this host's kernel but sees another file system may make the
-	// directory visible to the kernel (Docker's run mode bind-mounts it read-only) and
-	// then says where in Info.FIFODir. Empty: the caller has none.
-	FIFODir string
+	// JobOutDir, when set, is a host directory of the session's own in which the caller
+	// makes its jobs' output files (see JobOutputs for the whole rule). A transport whose
+	// kernel runs on this host but sees another file system may make the directory
+	// visible to the kernel (Docker's run mode bind-mounts it) and then says where in
+	// Info.JobOutDir. Empty: the caller has none.
+	JobOutDir string
 }
 
 // Kernel is one started kernel process (or container, or remote process). It is single
@@ -93,10 +93,11 @@ type Info struct {
 	HostPIDs bool
 	// ID is a transport-specific handle (a container id, a remote run directory), or "".
 	ID string
-	// FIFODir is where the kernel sees Spec.FIFODir, a path in the sandbox: a FIFO the
-	// caller makes there is one the kernel can open at FIFODir/<name>. Empty when the
-	// kernel cannot (no Spec.FIFODir, or another kernel: a remote engine, a VM).
-	FIFODir string
+	// JobOutDir is where the kernel sees Spec.JobOutDir, a path in the sandbox: a file the
+	// caller makes there is one the kernel can open at JobOutDir/<name>. Empty when the
+	// kernel cannot (no Spec.JobOutDir, or another host's file system: a remote engine,
+	// a VM).
+	JobOutDir string
 }
 
 // Exit is how a kernel ended.

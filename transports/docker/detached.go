@@ -152,7 +152,7 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	h := cl.Hello()
 	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: id}
 	k := t.runDetached(cl, rec, exited, result, nil)
-	k.SetFIFODir(fifoDirOf(opts.HostConfig))
+	k.SetJobOutDir(jobOutDirOf(opts.HostConfig))
 	return k, nil
 }
 
@@ -324,7 +324,7 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
 	k := t.runDetached(cl, rec, exited, result, stopWait)
-	k.SetFIFODir(fifoDirOf(ins.Container.HostConfig))
+	k.SetJobOutDir(jobOutDirOf(ins.Container.HostConfig))
 	return k, nil
 }
 

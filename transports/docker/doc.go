@@ -41,16 +41,16 @@
 //
 // # Job output
 //
-// A run-mode container gets the session's FIFO directory (transports.Spec.FIFODir)
-// bind-mounted read-only at ContainerFIFODir when the engine is on this host (a unix
-// socket) and the runtime shares its kernel (the default, runc, crun), and says so in
-// Info.FIFODir: the controller makes each shell job's stdout and stderr FIFOs there and
-// reads them itself, so a job's bytes never pass through the kernel's Python. Through the
-// read-only mount of a directory of mode 0711 holding only 0622 FIFOs of random names,
-// the kernel's user can open a FIFO it was named for writing and do nothing else (one of
-// the controller's own uid may also list and read them: its own session's FIFOs); no
-// entry can be made, changed or removed. Elsewhere (exec mode, a remote engine, gVisor)
-// jobs' output goes through frames.
+// A run-mode container gets the session's job output directory
+// (transports.Spec.JobOutDir) bind-mounted at ContainerJobOutDir when the engine is on
+// this host (a unix socket) and the runtime shares its kernel (the default, runc, crun),
+// and says so in Info.JobOutDir: the controller makes each shell job's stdout and stderr
+// files there (regular files the job appends to) and tails them itself, so a job's bytes
+// never pass through the kernel's Python, and a job outlives a controller that dies (its
+// next one reads the files again). In a directory of mode 0711 holding only 0622 files of
+// random names, the kernel's user can open a file it was named for writing and do nothing
+// else (one of the controller's own uid may also list and read them: its own session's
+// files). Elsewhere (exec mode, a remote engine, gVisor) jobs' output goes through frames.
 //
 // # Lifetime
 //

@@ -92,21 +92,21 @@ func captured(t testing.TB, c *output.Capture) []byte {
 	}
 }
 
-// TestAContainerJobWritesToTheSessionsFIFOs: a job in a container (another uid than the
-// controller's) has FIFOs as its stdout and stderr, in the session's FIFO directory
-// mounted at docker.ContainerFIFODir: its output never passes through the kernel's
-// Python. Its exact bytes arrive from both streams, each in order, and the FIFOs are gone
-// once it ended. The mount is read-only and holds nothing the kernel can list or change.
-func TestAContainerJobWritesToTheSessionsFIFOs(t *testing.T) {
+// TestAContainerJobWritesToTheSessionsFiles: a job in a container (another uid than the
+// controller's) has files as its stdout and stderr, in the session's job output directory
+// mounted at docker.ContainerJobOutDir: its output never passes through the kernel's
+// Python. Its exact bytes arrive from both streams, each in order, and the files are gone
+// once it ended. The mount holds nothing the kernel can list, make or change.
+func TestAContainerJobWritesToTheSessionsFiles(t *testing.T) {
 	s := startJobSession(t, docker.Options{}, 0)
 	_, st, _ := settleJob(t, s, `readlink /proc/$$/fd/1; readlink /proc/$$/fd/2 >&2`, controller.JobOptions{}, time.Minute)
 	lines := strings.Split(strings.TrimSuffix(string(st.Output.Kept), "\n"), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("output %q", st.Output.Kept)
 	}
-	for _, l := range lines { // "... (deleted)": the controller removed the paths at job_start
-		if !strings.HasPrefix(l, docker.ContainerFIFODir+"/kennel-fifo-") {
-			t.Errorf("the job's fd is %q, want a FIFO in %s", l, docker.ContainerFIFODir)
+	for _, l := range lines {
+		if !strings.HasPrefix(l, docker.ContainerJobOutDir+"/kennel-out-") {
+			t.Errorf("the job's fd is %q, want a file in %s", l, docker.ContainerJobOutDir)
 		}
 	}
 
@@ -127,24 +127,24 @@ func TestAContainerJobWritesToTheSessionsFIFOs(t *testing.T) {
 		t.Fatalf("stdout is not seq 1 200000 in order (%d bytes)", len(got))
 	}
 
-	// What the kernel's user can do with the mount: open a FIFO by name for writing,
+	// What the kernel's user can do with the mount: open a file by name for writing,
 	// nothing else.
-	_, st, _ = settleJob(t, s, `d=`+docker.ContainerFIFODir+`
+	_, st, _ = settleJob(t, s, `d=`+docker.ContainerJobOutDir+`
 ls "$d" >/dev/null 2>&1 && echo listed
 { true > "$d/x"; } 2>/dev/null && echo created
 mkfifo "$d/y" 2>/dev/null && echo made
 ln -s / "$d/z" 2>/dev/null && echo linked
 echo ok`, controller.JobOptions{}, time.Minute)
 	if got := string(st.Output.Kept); got != "ok\n" {
-		t.Errorf("through the FIFO mount the kernel's user could: %q", got)
+		t.Errorf("through the job output mount the kernel's user could: %q", got)
 	}
-	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "fifo", "*"))
+	left, _ := filepath.Glob(filepath.Join(s.SpillDir(), "jobout", "*"))
 	if len(left) != 0 {
-		t.Errorf("left in the FIFO directory: %v", left)
+		t.Errorf("left in the job output directory: %v", left)
 	}
 }
 
-// TestAContainerJobThatClosesItsStdoutEarly: the stdout FIFO ends while stderr goes on;
+// TestAContainerJobThatClosesItsStdoutEarly: the job closes its stdout while stderr goes on;
 // both streams' bytes arrive and the job ends once.
 func TestAContainerJobThatClosesItsStdoutEarly(t *testing.T) {
 	s := startJobSession(t, docker.Options{}, 0)
@@ -170,11 +170,10 @@ func TestAHugeBurstFromAContainerJobIsCountedExactly(t *testing.T) {
 	t.Logf("256 MiB in %v", took)
 }
 
-// TestAContainerKernelThatCannotOpenItsFIFOsFallsBackToFrames: a kernel whose FIFO opens
-// fail (a cell makes its stub's opener refuse, as a kernel of another kernel's FIFOs
-// would) still delivers the job's exact output, through frames, and the controller's
-// readers end.
-func TestAContainerKernelThatCannotOpenItsFIFOsFallsBackToFrames(t *testing.T) {
+// TestAContainerKernelThatCannotOpenItsFilesFallsBackToFrames: a kernel whose opens of
+// the output files fail (a cell makes its stub's opener refuse) still delivers the job's
+// exact output, through frames, and the controller's tail ends.
+func TestAContainerKernelThatCannotOpenItsFilesFallsBackToFrames(t *testing.T) {
 	s := startJobSession(t, docker.Options{}, 0)
 	execCell(t, s, `import kennel._jobs as _j
 _j._open_fifos = lambda job_id, out, err: (None, "refused by the test")`)
@@ -184,10 +183,10 @@ _j._open_fifos = lambda job_id, out, err: (None, "refused by the test")`)
 	}
 }
 
-// TestAContainerKernelThatHoldsItsFIFOs: a hostile kernel that keeps a job's FIFOs open
-// after the job ended (it dups them) cannot hold the job: it ends JobKillGrace after the
+// TestAContainerKernelThatHoldsItsFiles: a hostile kernel that keeps a job's output
+// files open after the job ended (it dups them) cannot hold the job: it ends at the
 // kernel's job_end, with every byte the job wrote.
-func TestAContainerKernelThatHoldsItsFIFOs(t *testing.T) {
+func TestAContainerKernelThatHoldsItsFiles(t *testing.T) {
 	const grace = 500 * time.Millisecond
 	s := startJobSession(t, docker.Options{}, grace)
 	execCell(t, s, `import os, kennel._jobs as _j
@@ -217,29 +216,29 @@ func execCell(t testing.TB, s *controller.Session, code string) {
 	}
 }
 
-// TestADetachedContainerGetsTheFIFODirectoryAndKeepsItAcrossReattach: a detached
-// run-mode kernel's jobs write to the session's FIFOs too, and a kernel reached again
+// TestADetachedContainerGetsTheJobOutputDirectoryAndKeepsItAcrossReattach: a detached
+// run-mode kernel's jobs write to the session's files too, and a kernel reached again
 // from its record still names the directory (its container's mount).
-func TestADetachedContainerGetsTheFIFODirectoryAndKeepsItAcrossReattach(t *testing.T) {
+func TestADetachedContainerGetsTheJobOutputDirectoryAndKeepsItAcrossReattach(t *testing.T) {
 	o := docker.Options{RunDir: filepath.Join(t.TempDir(), "run"), StdinGrace: time.Second, StopGrace: time.Second}
 	s := startJobSession(t, o, 0)
 	_, st, _ := settleJob(t, s, `readlink /proc/$$/fd/1`, controller.JobOptions{}, time.Minute)
-	if got := string(st.Output.Kept); !strings.HasPrefix(got, docker.ContainerFIFODir+"/kennel-fifo-") {
-		t.Fatalf("the detached kernel's job's stdout is %q, want a FIFO in %s", got, docker.ContainerFIFODir)
+	if got := string(st.Output.Kept); !strings.HasPrefix(got, docker.ContainerJobOutDir+"/kennel-out-") {
+		t.Fatalf("the detached kernel's job's stdout is %q, want a file in %s", got, docker.ContainerJobOutDir)
 	}
 
 	cli := dockerneed.KernelEngine(t)
 	tr := newTransport(t, cli, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fifoDir := t.TempDir()
-	k, err := tr.Start(ctx, transports.Spec{SessionID: "fifo-reattach", Dir: "/tmp", FIFODir: fifoDir})
+	jobOutDir := t.TempDir()
+	k, err := tr.Start(ctx, transports.Spec{SessionID: "jobout-reattach", Dir: "/tmp", JobOutDir: jobOutDir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Kill(context.Background()) })
-	if got := k.Info().FIFODir; got != docker.ContainerFIFODir {
-		t.Fatalf("started: Info.FIFODir %q", got)
+	if got := k.Info().JobOutDir; got != docker.ContainerJobOutDir {
+		t.Fatalf("started: Info.JobOutDir %q", got)
 	}
 	d := k.(transports.Detachable)
 	rec := d.Record()
@@ -251,7 +250,7 @@ func TestADetachedContainerGetsTheFIFODirectoryAndKeepsItAcrossReattach(t *testi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = again.Kill(context.Background()) })
-	if got := again.Info().FIFODir; got != docker.ContainerFIFODir {
-		t.Fatalf("reattached: Info.FIFODir %q", got)
+	if got := again.Info().JobOutDir; got != docker.ContainerJobOutDir {
+		t.Fatalf("reattached: Info.JobOutDir %q", got)
 	}
 }

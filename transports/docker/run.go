@@ -81,7 +81,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	for _, m := range o.Mounts {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
 	}
-	if m, ok := t.fifoMount(spec); ok {
+	if m, ok := t.jobOutMount(spec); ok {
 		hc.Mounts = append(hc.Mounts, m)
 	}
 	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc}
@@ -106,7 +106,7 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 			t.removeSoon(ctx, id)
 		}
 	}()
-	k := newKernel(transports.Info{Transport: Name, ID: id, FIFODir: fifoDirOf(opts.HostConfig)}, att.HijackedResponse, spec.Stderr)
+	k := newKernel(transports.Info{Transport: Name, ID: id, JobOutDir: jobOutDirOf(opts.HostConfig)}, att.HijackedResponse, spec.Stderr)
 	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
 	if t.opts.StopGrace < 0 {
 		stop = 0

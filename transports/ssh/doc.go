@@ -63,11 +63,20 @@
 // # Job output
 //
 // A kernel (attached or detached) implements transports.JobOutputs: each shell job's
-// stdout and stderr are FIFOs in the kernel's run directory, made by a relay in a session
-// of its own on the kernel's connection, which copies them raw (cat) to the session's
-// stdout and stderr; the bytes never pass through the kernel's Python or the frame
-// channel. A job holds its session while it runs (sshd's MaxSessions bounds them, 10 by
-// default); a job that finds none gets its output through frames.
+// stdout and stderr are regular files in the kernel's run directory
+// (kennel-out-<32 hex>-stdout, -stderr; 0600), made by a relay (a small Python program,
+// run with the probe's interpreter) in a session of its own on the kernel's connection,
+// which follows them as they grow and sends them raw to the session's stdout and stderr;
+// the bytes never pass through the kernel's Python or the frame channel. The files
+// outlive their reader: when the controller dies the relay exits and the job writes on
+// (no SIGPIPE), and a later controller's relay (JobOutputRequest.Resume) streams them
+// again from their start. Past JobOutputRequest.Keep the relay punches what it sent
+// (whole 64 KiB blocks), so a job's output holds about Keep of disk plus what is not sent
+// yet; a resumed stream reports the punched run as its Gap. One relay reads a pair at a
+// time (flock): a resume waits while an earlier relay still holds them. End makes the
+// relay send each file to its end and remove both; Close leaves them. A job holds its
+// session while it is streamed (sshd's MaxSessions bounds them, 10 by default); a job
+// that finds none gets its output through frames.
 //
 // # Remote files
 //

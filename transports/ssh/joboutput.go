@@ -1,90 +1,105 @@
 package ssh
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
+	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/containerd/errdefs"
 	xssh "golang.org/x/crypto/ssh"
 
+	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
 )
 
-// Job output over ssh: a channel of its own per job (transports.JobOutputs). The
+// Job output over ssh: a session of its own per job (transports.JobOutputs). The
 // controller opens a session on the kernel's connection running jobOutputScript, which
-// makes the job's two FIFOs in the kernel's run directory (0700, the user's), opens their
-// read ends and a write end of each of its own, says "ready", and relays each FIFO with
-// cat to one of the session's streams: the job's stdout as the channel's data, its
+// runs the relay (relay.py) with the kernel's interpreter: it makes the job's two output
+// files in the kernel's run directory (regular files, 0600; or, for a resumed job, opens
+// an earlier relay's), says "ready" with the files' gaps, and streams each file as it
+// grows to one of the session's streams: the job's stdout as the channel's data, its
 // stderr as its extended data (each in order; ssh keeps them apart). The kernel opens
-// the FIFOs by path (job_run) and gives them to the job: the bytes go job, FIFO, cat,
-// sshd, the wire, this process, and never through the kernel's Python or the frame
-// channel.
+// the files by path (job_run, O_WRONLY|O_APPEND) and gives them to the job: the bytes go
+// job, file, relay, sshd, the wire, this process, and never through the kernel's Python
+// or the frame channel.
 //
-// Release is a line on the session's stdin: the script closes its own write ends and
-// removes the paths, and each stream ends once the job's writers closed it. Close is the
-// stdin's EOF: the relay's process group (the session's own: sshd makes each session's
-// command a session leader) is killed, so its streams end at once even while a stray
-// process holds a FIFO (sshd keeps a session open while its command runs), and then the
-// session is closed. The relay carries the kernel's run marker (KENNEL_REMOTE_RUN), so
-// the kernel's end sweeps a relay too, with the run directory.
+// The files outlive their reader: a relay whose controller is gone (killed: its
+// connection ends, and sshd gives the relay its stdin's EOF) exits and leaves them, and
+// the job writes on (a file has no reader to lose, so no SIGPIPE). A later controller
+// opens a new relay on them (JobOutputRequest.Resume), which streams them again from
+// their start. Past JobOutputRequest.Keep the relay punches what it streamed (whole
+// 64 KiB blocks, fallocate PUNCH_HOLE), so a job's output costs the disk about Keep
+// plus what is not streamed yet; a resumed relay reports the hole as its stream's Gap.
+// One relay reads a pair at a time (flock): a resume waits while an earlier relay holds
+// the files, so no hole is punched under a reader after it computed its gap.
 //
-// Each job holds one session of the connection while it runs: a host's sshd bounds the
-// sessions of a connection (MaxSessions, 10 by default, the kernel's own included), and a
-// job that finds none free gets its output through frames.
+// End is a line on the session's stdin: the relay streams each file to its end, gives
+// back all of its disk (one hole the file's length: the name and size stay, so a relay
+// after it, of a controller that died before it recorded the job's end, counts the
+// job's every byte as lost, never twice; where nothing can be punched it removes the
+// files) and exits. Close is the stdin's EOF: the relay exits at once (it starts no
+// process), the files kept, and then the session is closed. The relay carries the
+// kernel's run marker (KENNEL_REMOTE_RUN), so the kernel's end sweeps a relay too, with
+// the run directory and the files in it.
+//
+// Each job holds one session of the connection while it is streamed: a host's sshd
+// bounds the sessions of a connection (MaxSessions, 10 by default, the kernel's own
+// included), and a job that finds none free gets its output through frames.
 
-// jobOutputScript is the relay's fixed command; on stdin, one a line: the run directory,
-// the run id, the FIFOs' name. Its stderr begins with the sentinel too (after what the
-// login profile printed there), its stdout with the sentinel and "ready".
-var jobOutputScript = `IFS= read -r dir || exit 2
+//go:embed relay.py
+var relaySource string
+
+// jobOutputScript is the relay's fixed command; on stdin, one a line: the interpreter's
+// path, the run id, then relay.py's lines (the run directory, Keep, "new" or "resume",
+// the two files' paths). Its stderr begins with the sentinel too (after what the login
+// profile printed there), its stdout with the sentinel and "ready" (after "busy" while
+// an earlier relay holds the files).
+var jobOutputScript = `IFS= read -r py || exit 2
 IFS= read -r run || exit 2
-IFS= read -r name || exit 2
 case "$run" in ''|.*|*[!A-Za-z0-9._-]*) exit 2 ;; esac
-case "$name" in ''|*[!A-Za-z0-9_-]*) exit 2 ;; esac
-case "$dir" in /*) ;; *) exit 2 ;; esac
 export KENNEL_REMOTE_RUN="$run"
-out="$dir/$name-stdout" err="$dir/$name-stderr"
-umask 077
-mkfifo "$out" "$err" || exit 3
-exec 4<>"$out" 5<>"$err" 6<"$out" 7<"$err" || exit 3
 printf '%s\n' '` + sentinel + `' >&2
-printf 'ready\n'
-cat <&6 4>&- 5>&- 6<&- 7<&- &
-o=$!
-cat <&7 >&2 4>&- 5>&- 6<&- 7<&- &
-e=$!
-exec 6<&- 7<&- 8<&0
-IFS= read -r _ || :
-exec 4>&- 5>&-
-rm -f "$out" "$err"
-{ IFS= read -r _ <&8; kill -KILL 0; } </dev/null >/dev/null 2>&1 4>&- 5>&- &
-w=$!
-exec 8<&-
-wait "$o" "$e"
-kill "$w" 2>/dev/null
-`
+exec "$py" -I -S -c ` + shQuote(images.PythonProgram(relaySource))
 
-// OpenJobOutput makes a job's FIFOs in the kernel's run directory and a session relaying
-// them (see the package's job output notes); it returns once the relay is ready. An
-// error (no session to be had: the connection is lost, or sshd's MaxSessions reached)
-// leaves nothing; the job's output then goes through frames.
-func (k *Kernel) OpenJobOutput(ctx context.Context) (transports.JobOutput, error) {
-	return openRelay(ctx, k.conn.c, k.cfg.target, k.cfg.runDir, k.cfg.runID)
+// The relay's exit statuses before it is ready.
+const (
+	relayRefused  = 2 // a bad line, a path not of the run directory, not a regular file
+	relayNotFound = 4 // a resumed file is gone
+)
+
+// relayWaitExit bounds how long a relay that ended before it was ready is waited for, to
+// read its exit status.
+const relayWaitExit = 5 * time.Second
+
+// OpenJobOutput makes a job's output files in the kernel's run directory (or, with
+// req.Resume, opens an earlier job's there) and a session streaming them (see the
+// package's job output notes); it returns once the relay is ready. An error leaves
+// nothing (a resumed job's files stay): no session to be had (the connection lost, or
+// sshd's MaxSessions reached) is ErrUnreachable, a resumed file that is gone
+// errdefs.ErrNotFound, Resume paths that are not a pair of this kernel's job output
+// files errdefs.ErrInvalidArgument (the files are not touched).
+func (k *Kernel) OpenJobOutput(ctx context.Context, req transports.JobOutputRequest) (transports.JobOutput, error) {
+	return openRelay(ctx, k.conn.c, relayAt{k.cfg.target, k.cfg.python, k.cfg.runDir, k.cfg.runID}, req)
 }
 
-// OpenJobOutput is Kernel.OpenJobOutput for a detached kernel, on its host's connection.
-func (k *detachedKernel) OpenJobOutput(ctx context.Context) (transports.JobOutput, error) {
+// OpenJobOutput is Kernel.OpenJobOutput for a detached kernel, on its host's current
+// connection.
+func (k *detachedKernel) OpenJobOutput(ctx context.Context, req transports.JobOutputRequest) (transports.JobOutput, error) {
 	c, err := k.t.hosts.clientFor(ctx, k.target)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("job output relay on %s: %w", k.target, err)
 	}
-	return openRelay(ctx, c, k.target, k.rec.RunDir, k.runID)
+	return openRelay(ctx, c, relayAt{k.target, k.python, k.rec.RunDir, k.runID}, req)
 }
 
 var (
@@ -92,28 +107,51 @@ var (
 	_ transports.JobOutputs = (*detachedKernel)(nil)
 )
 
-// relay is one job's FIFOs on the host and the session carrying them.
+// relayAt is where a kernel's relays run: its host, the probe's interpreter (python3
+// when none is known), its run directory and run id.
+type relayAt struct {
+	target                Target
+	python, runDir, runID string
+}
+
+// relay is one job's output files on the host and the session carrying them.
 type relay struct {
 	sess           *xssh.Session
 	stdin          io.WriteCloser
 	paths          [2]string
+	gaps           [2]*transports.Gap
 	stdout, stderr io.Reader
 
-	releaseOnce, closeOnce sync.Once
+	endOnce, closeOnce sync.Once
 }
 
-func openRelay(ctx context.Context, c *xssh.Client, target Target, runDir, runID string) (_ *relay, err error) {
-	if runDir == "" {
-		return nil, fmt.Errorf("job output relay on %s: no run directory", target)
+func openRelay(ctx context.Context, c *xssh.Client, at relayAt, req transports.JobOutputRequest) (_ *relay, err error) {
+	what := "job output relay on " + at.target.String()
+	if at.runDir == "" {
+		return nil, fmt.Errorf("%s: no run directory", what)
 	}
-	var rnd [16]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, err
+	mode, paths := "new", req.Resume
+	if paths != [2]string{} {
+		mode = "resume"
+		for _, p := range paths {
+			if p == "" || strings.ContainsAny(p, "\n\x00") {
+				return nil, fmt.Errorf("%s: resume %q: not a pair of paths: %w", what, paths, errdefs.ErrInvalidArgument)
+			}
+		}
+	} else {
+		var rnd [16]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return nil, err
+		}
+		base := path.Join(at.runDir, "kennel-out-"+hex.EncodeToString(rnd[:]))
+		paths = [2]string{base + "-stdout", base + "-stderr"}
 	}
-	name := "kennel-fifo-" + hex.EncodeToString(rnd[:])
+	if req.Keep < 0 {
+		return nil, fmt.Errorf("%s: keep %d: %w", what, req.Keep, errdefs.ErrInvalidArgument)
+	}
 	sess, err := c.NewSession()
 	if err != nil {
-		return nil, fmt.Errorf("job output relay on %s: open session: %w: %w", target, err, ErrUnreachable)
+		return nil, fmt.Errorf("%s: open session: %w: %w", what, err, ErrUnreachable)
 	}
 	defer func() {
 		if err != nil {
@@ -133,12 +171,14 @@ func openRelay(ctx context.Context, c *xssh.Client, target Target, runDir, runID
 		return nil, err
 	}
 	if err := sess.Start(loginCommand(jobOutputScript)); err != nil {
-		return nil, fmt.Errorf("job output relay on %s: start: %w: %w", target, err, ErrUnreachable)
+		return nil, fmt.Errorf("%s: start: %w: %w", what, err, ErrUnreachable)
 	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	if _, err := io.WriteString(stdin, runDir+"\n"+runID+"\n"+name+"\n"); err != nil {
-		return nil, fmt.Errorf("job output relay on %s: %w: %w", target, err, ErrUnreachable)
+	in := strings.Join([]string{cmp.Or(at.python, "python3"), at.runID, at.runDir,
+		strconv.FormatInt(req.Keep, 10), mode, paths[0], paths[1]}, "\n") + "\n"
+	if _, err := io.WriteString(stdin, in); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", what, err, ErrUnreachable)
 	}
 	out := newSentinelReader(stdout)
 	errs := newSentinelReader(stderr)
@@ -146,55 +186,108 @@ func openRelay(ctx context.Context, c *xssh.Client, target Target, runDir, runID
 	// share the channel's window.
 	errSkipped := make(chan error, 1)
 	go func() { errSkipped <- errs.skip() }()
-	if err := readReady(out); err != nil {
-		if ctx.Err() != nil {
+	gaps, busy, err := readReady(out)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil && busy:
+			err = fmt.Errorf("%w: another relay still holds the files (an earlier controller's, its end not seen by the host yet): %w", context.Cause(ctx), errdefs.ErrUnavailable)
+		case ctx.Err() != nil:
 			err = context.Cause(ctx)
+		default:
+			err = relayExit(sess, err)
 		}
-		return nil, fmt.Errorf("job output relay on %s: %w", target, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := <-errSkipped; err != nil {
-		return nil, fmt.Errorf("job output relay on %s: stderr: %w", target, err)
+		return nil, fmt.Errorf("%s: stderr: %w", what, err)
 	}
-	base := path.Join(runDir, name)
-	return &relay{
-		sess: sess, stdin: stdin,
-		paths:  [2]string{base + "-stdout", base + "-stderr"},
-		stdout: out, stderr: errs,
-	}, nil
+	return &relay{sess: sess, stdin: stdin, paths: paths, gaps: gaps, stdout: out, stderr: errs}, nil
 }
 
-// readReady reads r past the sentinel and the relay's "ready" line, no further.
-func readReady(r *sentinelReader) error {
-	if err := r.skip(); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("the relay ended before it was ready (no FIFOs made)")
+// relayExit classes err, why a relay was not ready, by the relay's exit status.
+func relayExit(sess *xssh.Session, err error) error {
+	werr := make(chan error, 1)
+	go func() { werr <- sess.Wait() }()
+	t := time.NewTimer(relayWaitExit)
+	defer t.Stop()
+	var ee *xssh.ExitError
+	select {
+	case w := <-werr:
+		if !errors.As(w, &ee) {
+			return fmt.Errorf("%w: %w", err, ErrUnreachable)
 		}
+	case <-t.C:
 		return err
 	}
-	line, err := r.r.ReadSlice('\n')
-	if err != nil || !bytes.Equal(line, []byte("ready\n")) {
-		return fmt.Errorf("the relay said %q, not ready: %v", strings.TrimSpace(string(line)), err)
+	switch ee.ExitStatus() {
+	case relayRefused:
+		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	case relayNotFound:
+		return fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+	case 126, 127:
+		return fmt.Errorf("%w (exit status %d: no such interpreter): %w", err, ee.ExitStatus(), ErrUnsupported)
 	}
-	return nil
+	return fmt.Errorf("%w (exit status %d): %w", err, ee.ExitStatus(), ErrRemote)
 }
 
-// Paths are the FIFOs in the kernel's run directory.
+// readReady reads r past the sentinel and the relay's "ready" line, no further, and
+// returns the gaps it names; busy reports a "busy" line before (the relay waited for
+// another).
+func readReady(r *sentinelReader) (gaps [2]*transports.Gap, busy bool, _ error) {
+	if err := r.skip(); err != nil {
+		if errors.Is(err, io.EOF) {
+			return gaps, false, errors.New("the relay ended before it was ready (no files opened)")
+		}
+		return gaps, false, err
+	}
+	for {
+		line, err := r.r.ReadSlice('\n')
+		if err == nil && string(line) == "busy\n" {
+			busy = true
+			continue
+		}
+		f := strings.Fields(string(line))
+		var n [4]int64
+		ok := err == nil && len(f) == 5 && f[0] == "ready"
+		for i := 0; ok && i < 4; i++ {
+			n[i], err = strconv.ParseInt(f[i+1], 10, 64)
+			ok = err == nil && n[i] >= 0
+		}
+		if !ok {
+			if errors.Is(err, io.EOF) && len(line) == 0 {
+				return gaps, busy, errors.New("the relay ended before it was ready")
+			}
+			return gaps, busy, fmt.Errorf("the relay said %q, not ready", strings.TrimSpace(string(line)))
+		}
+		for i := range gaps {
+			if n[2*i+1] > 0 {
+				gaps[i] = &transports.Gap{At: n[2*i], N: n[2*i+1]}
+			}
+		}
+		return gaps, busy, nil
+	}
+}
+
+// Paths are the files in the kernel's run directory.
 func (r *relay) Paths() (string, string) { return r.paths[0], r.paths[1] }
 
-// Stdout is the relay session's stdout from the job's first byte on.
+// Stdout is the relay session's stdout from the stdout file's first byte on.
 func (r *relay) Stdout() io.Reader { return r.stdout }
 
-// Stderr is the relay session's stderr from the job's first byte on.
+// Stderr is the relay session's stderr from the stderr file's first byte on.
 func (r *relay) Stderr() io.Reader { return r.stderr }
 
-// Release sends the relay a line: it closes its own write ends and removes the FIFOs'
-// paths.
-func (r *relay) Release() {
-	r.releaseOnce.Do(func() { _, _ = io.WriteString(r.stdin, "\n") })
+// Gaps are the holes the relay found in a resumed job's files, as it said when ready.
+func (r *relay) Gaps() [2]*transports.Gap { return r.gaps }
+
+// End sends the relay the line "end": it streams each file to its end, punches all of
+// it, and exits, which ends the streams.
+func (r *relay) End() {
+	r.endOnce.Do(func() { _, _ = io.WriteString(r.stdin, "end\n") })
 }
 
-// Close sends the relay its stdin EOF, which kills it, and closes its session: both
-// streams end once sshd has seen the relay's end (or the connection ends).
+// Close sends the relay its stdin EOF, which ends it (the files kept), and closes its
+// session: both streams end once sshd has seen the relay's end (or the connection ends).
 func (r *relay) Close() error {
 	r.closeOnce.Do(func() {
 		_ = r.stdin.Close()

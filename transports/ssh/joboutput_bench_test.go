@@ -2,11 +2,13 @@ package ssh_test
 
 import (
 	"io"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/ssh"
 	"github.com/kennel-dev/kennel/transports/ssh/sshtest"
 )
@@ -19,25 +21,25 @@ const benchJobCommand = "head -c 256M /dev/zero"
 
 // BenchmarkSSHJobOutput: job output from a remote kernel (sshd on 127.0.0.1, behind
 // sshtest's counting proxy) to the controller's capture: a shell job `head -c 256M
-// /dev/zero`, its stdout a FIFO in the kernel's run directory relayed raw over an ssh
-// session of its own; from RunJob to the job's settled end with every byte counted.
-// Compare with BenchmarkSSHCat, in the same run.
+// /dev/zero`, its stdout a file in the kernel's run directory that a relay tails and
+// streams raw over an ssh session of its own; from RunJob to the job's settled end with
+// every byte counted. Compare with BenchmarkSSHCat, in the same run.
 func BenchmarkSSHJobOutput(b *testing.B) {
 	s := startJobSession(b, sshtest.Start(b), false, 0)
 	benchJobs(b, s)
 }
 
-// BenchmarkSSHJobOutputFrames is BenchmarkSSHJobOutput with the kernel's FIFO opens
-// refused (a cell makes its stub's opener fail): the output goes through job_output
-// frames, as it did before the relay.
+// BenchmarkSSHJobOutputFrames is BenchmarkSSHJobOutput with the kernel's output file
+// opens refused (a cell makes its stub's opener fail): the output goes through
+// job_output frames, as it did before the relay.
 func BenchmarkSSHJobOutputFrames(b *testing.B) {
 	s := startJobSession(b, sshtest.Start(b), false, 0)
-	refuseFIFOs(b, s)
+	refuseFiles(b, s)
 	benchJobs(b, s)
 }
 
-// refuseFIFOs makes s's kernel refuse every job's FIFOs.
-func refuseFIFOs(b *testing.B, s *controller.Session) {
+// refuseFiles makes s's kernel refuse every job's output files.
+func refuseFiles(b *testing.B, s *controller.Session) {
 	execCell(b, s, `import kennel._jobs as _j
 _j._open_fifos = lambda job_id, out, err: (None, "refused by the benchmark")`)
 }
@@ -76,8 +78,45 @@ func BenchmarkSSHCat(b *testing.B) {
 func BenchmarkSSHJobOutputVsCat(b *testing.B) {
 	srv := sshtest.Start(b)
 	s := startJobSession(b, srv, false, 0)
+	benchVsCat(b, srv, "job", func() { benchJob(b, s) })
+}
+
+// BenchmarkSSHRelayVsCat is BenchmarkSSHJobOutputVsCat at the transport's level, with
+// no controller and no kernel job: `head -c 256M /dev/zero` (on this machine, sshtest's
+// host) appends to the stdout file a kernel's OpenJobOutput made (Keep 1 MiB), and the
+// stream is read to its end (End once head exited); it reports relay/cat.
+func BenchmarkSSHRelayVsCat(b *testing.B) {
+	srv := sshtest.Start(b)
+	jo, _ := outputKernel(b, srv, false)
+	buf := make([]byte, 256<<10)
+	benchVsCat(b, srv, "relay", func() {
+		out, err := jo.OpenJobOutput(benchCtx(b), transports.JobOutputRequest{Keep: 1 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		stdout, _ := out.Paths()
+		head := exec.Command("sh", "-c", `exec head -c 256M /dev/zero >>"$1"`, "sh", stdout)
+		if err := head.Start(); err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			_ = head.Wait()
+			out.End()
+		}()
+		go func() { _, _ = io.Copy(io.Discard, out.Stderr()) }()
+		if n, err := io.CopyBuffer(io.Discard, out.Stdout(), buf); err != nil || n != benchJobBytes {
+			b.Fatalf("read %d bytes: %v", n, err)
+		}
+	})
+}
+
+// benchVsCat runs run and BenchmarkSSHCat's command on srv once each per iteration,
+// their order alternating, and reports each one's median throughput (name-MB/s,
+// cat-MB/s) and name/cat.
+func benchVsCat(b *testing.B, srv *sshtest.Server, name string, run func()) {
 	cat := sshCat(b, newHosts(b, srv))
-	runs := []func(){func() { benchJob(b, s) }, cat}
+	runs := []func(){run, cat}
 	took := make([][]time.Duration, len(runs))
 	for i := range b.N {
 		for k := range runs {
@@ -92,9 +131,9 @@ func BenchmarkSSHJobOutputVsCat(b *testing.B) {
 		slices.Sort(ds)
 		mbps[r] = float64(benchJobBytes) / ds[len(ds)/2].Seconds() / 1e6
 	}
-	b.ReportMetric(mbps[0], "job-MB/s")
+	b.ReportMetric(mbps[0], name+"-MB/s")
 	b.ReportMetric(mbps[1], "cat-MB/s")
-	b.ReportMetric(mbps[0]/mbps[1], "job/cat")
+	b.ReportMetric(mbps[0]/mbps[1], name+"/cat")
 }
 
 // sshCat returns a run of `head -c 256M /dev/zero | cat` in a session of hosts'
@@ -139,7 +178,7 @@ func BenchmarkSSHJobStart(b *testing.B) {
 // BenchmarkSSHJobStartFrames: see BenchmarkSSHJobStart.
 func BenchmarkSSHJobStartFrames(b *testing.B) {
 	s := startJobSession(b, sshtest.Start(b), false, 0)
-	refuseFIFOs(b, s)
+	refuseFiles(b, s)
 	benchJobStart(b, s)
 }
 

@@ -6,10 +6,10 @@ with the exact bytes read (base64, never decoded). ``job_end`` goes out exactly 
 the process has been reaped and either both pipes reached end of file, or the job was
 killed and its process group is empty (a process outside the group may hold a pipe).
 
-When ``job_run`` names ``stdout`` and ``stderr`` paths (FIFOs the host reads, for a kernel
-that shares the host's file system), the job writes to them directly: no pipes, no
-``job_output`` frames, and ``job_end`` goes out once the shell has been reaped. If either
-cannot be opened the job falls back to pipes and frames (with a ``log``).
+When ``job_run`` names ``stdout`` and ``stderr`` paths (files the host tails: regular files
+the job appends to, or FIFOs the host reads), the job writes to them directly: no pipes,
+no ``job_output`` frames, and ``job_end`` goes out once the shell has been reaped. If
+either cannot be opened the job falls back to pipes and frames (with a ``log``).
 """
 
 from binascii import b2a_base64 as _b64
@@ -39,18 +39,21 @@ def _group_alive(pgid):
 
 
 def _open_fifos(job_id, stdout, stderr):
-    """Open the job's FIFOs for writing: ((stdout fd, stderr fd), None), or (None, why)
-    when either is not a string or cannot be opened now. A FIFO nobody reads is refused at
-    once (ENXIO) rather than waited for; the fds are blocking once open."""
+    """Open the job's output files for writing: ((stdout fd, stderr fd), None), or (None,
+    why) when either is not a string or cannot be opened now. Each must be there already
+    (the host made it) and be a regular file, opened to append, or a FIFO: one nobody
+    reads is refused at once (ENXIO) rather than waited for. The fds are blocking once
+    open."""
     fds = []
     try:
         for path in (stdout, stderr):
             if not isinstance(path, str):
                 raise ValueError("path %r is not a string" % (path,))
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
             fds.append(fd)
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                raise ValueError("%s is not a FIFO" % (path,))
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise ValueError("%s is neither a file nor a FIFO" % (path,))
             os.set_blocking(fd, True)
     except (OSError, ValueError) as exc:
         for fd in fds:
@@ -110,7 +113,7 @@ class Jobs:
 
     def run(self, job_id, command, stdout=None, stderr=None):
         """Start job ``job_id`` (from a ``job_run`` frame); ``stdout`` and ``stderr``, when
-        given, are the paths of the FIFOs the job writes to.
+        given, are the paths of the files (or FIFOs) the job writes to.
 
         The job is started and registered under the lock (so an end that begins meanwhile
         sees it); its frames are written after the lock is released, so a frame channel

@@ -63,8 +63,8 @@ func NewDetached(cl *link.Client, info transports.Info, rec transports.Record) *
 // Info is the kernel's Info.
 func (k *Detached) Info() transports.Info { return k.info }
 
-// SetFIFODir sets Info.FIFODir (where the kernel sees the session's FIFO directory).
-func (k *Detached) SetFIFODir(dir string) { k.info.FIFODir = dir }
+// SetJobOutDir sets Info.JobOutDir (where the kernel sees the session's FIFO directory).
+func (k *Detached) SetJobOutDir(dir string) { k.info.JobOutDir = dir }
 
 // Kill ends the kernel through its Watch's stages.
 func (k *Detached) Kill(ctx context.Context) error { return k.Watch.Kill(ctx) }

@@ -17,17 +17,19 @@ import (
 	"github.com/kennel-dev/kennel/protocol"
 )
 
-// HelloLine is the protocol 1 hello of a kernel whose link hello is h.
+// HelloLine is the protocol 1 hello of a kernel whose link hello is h, naming the jobs
+// it still runs.
 func HelloLine(h link.Hello) []byte {
 	b, _ := json.Marshal(struct {
-		Event    string `json:"event"`
-		ID       string `json:"id"`
-		Protocol int    `json:"protocol"`
-		PID      int    `json:"pid"`
-		PGID     int    `json:"pgid"`
-		Python   string `json:"python"`
-		Bundle   string `json:"bundle"`
-	}{"hello", "", protocol.Version, h.PID, h.PGID, h.Python, h.Bundle})
+		Event    string     `json:"event"`
+		ID       string     `json:"id"`
+		Protocol int        `json:"protocol"`
+		PID      int        `json:"pid"`
+		PGID     int        `json:"pgid"`
+		Python   string     `json:"python"`
+		Bundle   string     `json:"bundle"`
+		Jobs     []link.Job `json:"jobs,omitempty"`
+	}{"hello", "", protocol.Version, h.PID, h.PGID, h.Python, h.Bundle, h.Jobs})
 	return append(b, '\n')
 }
 

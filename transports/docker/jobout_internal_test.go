@@ -9,11 +9,11 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 )
 
-// TestTheFIFODirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel: the session's
-// FIFO directory is bind-mounted read-only, at ContainerFIFODir, for an engine on a unix
-// socket and a runtime on the host's kernel; never for a remote engine, gVisor or another
-// runtime, a relative directory or none.
-func TestTheFIFODirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel(t *testing.T) {
+// TestTheJobOutputDirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel: the session's
+// job output directory is bind-mounted (writable: the jobs append to its files), at
+// ContainerJobOutDir, for an engine on a unix socket and a runtime on the host's kernel;
+// never for a remote engine, gVisor or another runtime, a relative directory or none.
+func TestTheJobOutputDirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel(t *testing.T) {
 	b, err := images.Stub()
 	if err != nil {
 		t.Fatal(err)
@@ -22,7 +22,7 @@ func TestTheFIFODirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel(t *test
 		host, runtime, dir string
 		want               bool
 	}{
-		{"unix:///var/run/docker.sock", "", "/state/output/session-s/fifo", true},
+		{"unix:///var/run/docker.sock", "", "/state/output/session-s/jobout", true},
 		{"unix:///var/run/docker.sock", "runc", "/d", true},
 		{"unix:///var/run/docker.sock", "crun", "/d", true},
 		{"unix:///var/run/docker.sock", "runsc", "/d", false},
@@ -41,17 +41,17 @@ func TestTheFIFODirectoryIsMountedOnlyWhereTheKernelSharesTheHostsKernel(t *test
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec := transports.Spec{SessionID: "s", Dir: "/tmp", FIFODir: tc.dir}
-		m, ok := tr.fifoMount(spec)
+		spec := transports.Spec{SessionID: "s", Dir: "/tmp", JobOutDir: tc.dir}
+		m, ok := tr.jobOutMount(spec)
 		if ok != tc.want {
 			t.Errorf("%s, runtime %q, dir %q: mounted %v, want %v", tc.host, tc.runtime, tc.dir, ok, tc.want)
 		}
 		hc := tr.createOptions("img", b, spec).HostConfig
-		if got := fifoDirOf(hc); (got == ContainerFIFODir) != tc.want {
-			t.Errorf("%s, runtime %q, dir %q: container's FIFO dir %q", tc.host, tc.runtime, tc.dir, got)
+		if got := jobOutDirOf(hc); (got == ContainerJobOutDir) != tc.want {
+			t.Errorf("%s, runtime %q, dir %q: container's job output dir %q", tc.host, tc.runtime, tc.dir, got)
 		}
-		if ok && (m.Source != tc.dir || m.Target != ContainerFIFODir || !m.ReadOnly) {
-			t.Errorf("mount %+v, want %s read-only at %s", m, tc.dir, ContainerFIFODir)
+		if ok && (m.Source != tc.dir || m.Target != ContainerJobOutDir || m.ReadOnly || m.Type != "bind") {
+			t.Errorf("mount %+v, want a writable bind of %s at %s", m, tc.dir, ContainerJobOutDir)
 		}
 		cli.Close()
 	}
