@@ -18,7 +18,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/jobs"
-	"github.com/kennel-dev/kennel/transports"
 )
 
 // jobFileBufSize is the read buffer of a job's output files.
@@ -58,7 +57,6 @@ type jobFiles struct {
 	paths [2]string // stdout, stderr, on the host
 	named [2]string // the same as the kernel opens them (job_run's stdout, stderr)
 	files [2]*os.File
-	gaps  [2]*transports.Gap // a resumed job's punched ranges
 	keep  int64
 	done  chan struct{}
 	// keepAtEnd leaves the files after the end until remove: a store records the job's
@@ -110,7 +108,8 @@ func newJobFiles(dir, kernelDir string, keep int64, keepAtEnd bool, job *jobs.Jo
 
 // resumeJobFiles opens the output files of a job an earlier controller started (paths:
 // its host paths, names: as its kernel opened them) and starts their tail into job from
-// their start, the ranges an earlier tail punched counted as lost. Each must be a regular
+// their start, the ranges an earlier tail punched counted as lost (a hole is never read:
+// tailState.read). Each must be a regular
 // file of this process's uid, not a symlink, named as newJobFiles names them; a file
 // missing is an error matching errdefs.ErrNotFound. On an error nothing is changed.
 func resumeJobFiles(paths, named [2]string, keep int64, job *jobs.Job, pool *sync.Pool) (*jobFiles, error) {
@@ -136,12 +135,6 @@ func resumeJobFiles(paths, named [2]string, keep int64, job *jobs.Job, pool *syn
 			f.closeFiles(false)
 			return nil, fmt.Errorf("resume job output %s: %w", p, errdefs.ErrInvalidArgument.WithMessage("not a regular file of ours"))
 		}
-		gap, err := fileGap(fd, st.Size)
-		if err != nil {
-			f.closeFiles(false)
-			return nil, fmt.Errorf("resume job output %s: %w", p, err)
-		}
-		f.gaps[i] = gap
 	}
 	go f.tail(job, pool)
 	return f, nil
@@ -163,28 +156,6 @@ func validJobFileBase(name string) bool {
 	}
 	_, err := hex.DecodeString(h)
 	return err == nil && strings.ToLower(h) == h
-}
-
-// fileGap finds the punched range of a job output file of size bytes: the data from 0 to
-// the first hole, then the hole up to the next data (or the end). Nil when there is none.
-func fileGap(fd int, size int64) (*transports.Gap, error) {
-	if size == 0 {
-		return nil, nil
-	}
-	h, err := unix.Seek(fd, 0, unix.SEEK_HOLE)
-	if err != nil {
-		return nil, fmt.Errorf("find holes: %w", err)
-	}
-	if h >= size {
-		return nil, nil
-	}
-	d, err := unix.Seek(fd, h, unix.SEEK_DATA)
-	if errors.Is(err, unix.ENXIO) {
-		d = size
-	} else if err != nil {
-		return nil, fmt.Errorf("find data: %w", err)
-	}
-	return &transports.Gap{At: h, N: d - h}, nil
 }
 
 // closeFiles closes the files opened so far, removing them when remove is set.
@@ -227,16 +198,12 @@ func (f *jobFiles) remove() {
 	}
 }
 
-// release is nothing for files: no write end of the controller's holds anything off.
-func (f *jobFiles) release() {}
-
 // tail copies both files into job until end (then to their end) or stop. At a file's end
 // it waits, 1 ms at first and up to 64 ms while nothing arrives.
 func (f *jobFiles) tail(job *jobs.Job, pool *sync.Pool) {
 	defer close(f.done)
 	var st [2]tailState
 	for i := range st {
-		st[i].gap = f.gaps[i]
 		st[i].punchFrom = (f.keep + punchBlock - 1) / punchBlock * punchBlock
 		st[i].punched = st[i].punchFrom
 	}
@@ -288,31 +255,41 @@ func (f *jobFiles) tail(job *jobs.Job, pool *sync.Pool) {
 
 // tailState is where a tail is in one file.
 type tailState struct {
-	off       int64           // the next byte to read
-	gap       *transports.Gap // a punched range still ahead of off
-	punchFrom int64           // keep, rounded up to a block: nothing below it is punched
-	punched   int64           // [punchFrom, punched) is punched
-	broken    bool            // reading failed; the file is left alone
+	off       int64 // the next byte to read
+	punchFrom int64 // keep, rounded up to a block: nothing below it is punched
+	punched   int64 // [punchFrom, punched) is punched
+	broken    bool  // reading failed; the file is left alone
 }
 
-// read reads what the file holds past off into job, at most one buffer, skipping a gap
-// (counted as lost), and punches what it consumed past punchFrom when punch is set. It
-// returns the bytes read and io.EOF at the file's end.
+// read reads the data the file holds past off into job, at most one buffer and never
+// into a hole, and punches what it consumed past punchFrom when punch is set. It returns
+// the bytes read and io.EOF at the file's end.
+//
+// A hole is never read (its zeros are not the job's bytes): one an earlier reader punched
+// (a resumed job), or one a hostile kernel made (a pwrite far past the end, an ftruncate
+// up), is skipped once data follows it, its length counted as lost, and a hole at the
+// end is not read at all: a kernel cannot make the controller read a terabyte of zeros.
 func (s *tailState) read(fl *os.File, job *jobs.Job, pool *sync.Pool, punch bool) (int, error) {
 	if s.broken || fl == nil {
 		return 0, io.EOF
 	}
-	if g := s.gap; g != nil && s.off == g.At {
-		_ = job.Lost(g.N)
-		s.off += g.N
+	fd := int(fl.Fd())
+	d, err := unix.Seek(fd, s.off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		return 0, io.EOF // no data at or after off: the end, or a hole up to it
+	case err != nil:
+		d = s.off // no SEEK_DATA here: all of it is data
+	case d > s.off:
+		_ = job.Lost(d - s.off)
+		s.off = d
 		s.punched = max(s.punched, s.off/punchBlock*punchBlock)
-		s.gap = nil
 	}
 	bp := pool.Get().(*[]byte)
 	defer pool.Put(bp)
 	buf := *bp
-	if g := s.gap; g != nil && g.At-s.off < int64(len(buf)) {
-		buf = buf[:g.At-s.off]
+	if h, err := unix.Seek(fd, s.off, unix.SEEK_HOLE); err == nil && h-s.off < int64(len(buf)) {
+		buf = buf[:h-s.off]
 	}
 	n, err := fl.ReadAt(buf, s.off)
 	if n > 0 {

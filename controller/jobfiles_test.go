@@ -236,9 +236,6 @@ func TestJobFilesOutliveTheirReaderAndAreReadAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.gaps[0] == nil || g.gaps[1] != nil {
-		t.Fatalf("gaps %+v, want one in stdout only", g.gaps)
-	}
 	write(2)
 	g.drain(10 * time.Second)
 	tailDone(t, g, false)
@@ -257,12 +254,11 @@ func TestJobFilesOutliveTheirReaderAndAreReadAgain(t *testing.T) {
 	if err != nil || !bytes.Equal(head.Data, block[:output.MaxPage]) {
 		t.Fatalf("the first bytes read again: %v", err)
 	}
-	gap := g.gaps[0]
-	if gap.At < keep || gap.N <= 0 {
-		t.Fatalf("gap %+v inside keep %d", gap, keep)
+	if _, err := second.Capture().ReadPage(keep-1, 1); err != nil {
+		t.Fatalf("the last byte of keep: %v", err)
 	}
-	if _, err := second.Capture().ReadPage(gap.At, 1); !errors.Is(err, output.ErrLost) {
-		t.Fatalf("a byte of the punched range read: %v", err)
+	if _, err := second.Capture().ReadPage(keep, 1); !errors.Is(err, output.ErrLost) {
+		t.Fatalf("the first byte past keep (punched) read: %v", err)
 	}
 	tail, err := second.Capture().ReadPage(written-1000, 1000)
 	if err != nil {
@@ -271,6 +267,95 @@ func TestJobFilesOutliveTheirReaderAndAreReadAgain(t *testing.T) {
 	off := (written - 1000) % int64(len(block))
 	if !bytes.Equal(tail.Data, block[off:off+1000]) {
 		t.Fatal("the last bytes are not the job's")
+	}
+}
+
+// TestAHostileSparseOutputFileIsNotReadAsZeros: a kernel that makes its job's output file
+// sparse (a pwrite a GiB past its end, then an ftruncate to a TiB) cannot make the
+// controller read zeros: the hole is counted as lost and skipped (its file system's
+// block is the grain: the rest of a data block reads as data), the data around it read
+// exactly, and the trailing hole never read; the tail ends at once at the job's end.
+func TestAHostileSparseOutputFileIsNotReadAsZeros(t *testing.T) {
+	dir := privateDir(t)
+	job := testJob(t)
+	f, err := newJobFiles(dir, "", 0, false, job, newFilePool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(f.paths[0], os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt([]byte("head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	const far = 1 << 30
+	if _, err := w.WriteAt([]byte("tail"), far); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Truncate(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); job.Capture().Stat().Seen < far+4; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tail saw %d bytes, want the data around the hole", job.Capture().Stat().Seen)
+		}
+	}
+	start := time.Now()
+	f.drain(10 * time.Second)
+	tailDone(t, f, true)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the tail took %v to end past a TiB hole: it read it", took)
+	}
+	// The file system's block is the grain of its holes: the rest of a block that holds
+	// data reads as data (its zeros), at most a block past each run; no more.
+	if st := job.Capture().Stat(); st.Seen < far+4 || st.Seen > far+punchBlock {
+		t.Fatalf("seen %d, want %d and at most a block more: the data and the hole between, not the hole after", st.Seen, int64(far+4))
+	}
+	for _, c := range []struct {
+		off  int64
+		want string
+	}{{0, "head"}, {far, "tail"}} {
+		p, err := job.Capture().ReadPage(c.off, 4)
+		if err != nil || string(p.Data) != c.want {
+			t.Fatalf("at %d: %q, %v; want %q", c.off, p.Data, err, c.want)
+		}
+	}
+	if _, err := job.Capture().ReadPage(far/2, 1); !errors.Is(err, output.ErrLost) {
+		t.Fatalf("a byte of the hole read: %v", err)
+	}
+}
+
+// TestAJobARecordRefusesLeavesNoFile: a job whose record the store refuses (OnJob fails)
+// is refused, never runs, and leaves no output file behind.
+func TestAJobARecordRefusesLeavesNoFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	refused := errors.New("no room for the record")
+	s, err := Start(ctx, Options{
+		Transport: local.New(local.Options{}),
+		Dir:       t.TempDir(),
+		StateDir:  filepath.Join(t.TempDir(), "state"),
+		OnJob:     func(JobRecord) error { return refused },
+	})
+	if err != nil {
+		if errors.Is(err, images.ErrNoPython) {
+			testneed.Missing(t, "python3", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	marker := filepath.Join(t.TempDir(), "ran")
+	if _, err := s.RunJob(ctx, "touch "+marker, JobOptions{}); !errors.Is(err, refused) {
+		t.Fatalf("run job: %v, want the record's refusal", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused job ran: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.SpillDir(), jobFileNamePrefix+"*")); len(left) != 0 {
+		t.Fatalf("files of the refused job left: %v", left)
 	}
 }
 

@@ -92,9 +92,6 @@ func (kc *kernelConn) onJobStart(f gate.Frame) {
 		log.Warn("job_start of no running job dropped", "id", e.ID)
 		return
 	}
-	if r.streams != nil {
-		r.streams.release() // the kernel has opened its ends, or never will
-	}
 	if r.started != nil {
 		r.startMu.Do(func() { close(r.started) })
 	}

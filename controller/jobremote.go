@@ -17,8 +17,6 @@ import (
 // drain at job_end; stop when the job ends without its kernel's word, or its kernel
 // detached with the job running (the files stay for the next controller).
 type jobStreams interface {
-	// release is what the kernel's job_start lets go of (nothing, for files).
-	release()
 	// stop makes both streams end now; the bytes read before are in the job's output.
 	stop()
 	// drain reads both streams to what their files hold now, waiting at most grace (for a
@@ -114,8 +112,6 @@ func newRemoteOutput(out transports.JobOutput, job *jobs.Job) *remoteOutput {
 	}()
 	return r
 }
-
-func (r *remoteOutput) release() {}
 
 // remove is nothing: the transport removes its files at the end it was told of.
 func (r *remoteOutput) remove() {}

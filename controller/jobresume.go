@@ -99,7 +99,7 @@ func (s *Session) takeAdopted(ctx context.Context, kc *kernelConn) {
 	adopted := s.jobs.adopted
 	s.jobs.adopted = nil
 	for _, r := range adopted {
-		if isEnded(r.job) {
+		if _, ended := r.job.End(); ended {
 			continue
 		}
 		r.mu.Lock()
@@ -194,12 +194,6 @@ func (kc *kernelConn) settleAdopted() {
 
 // adopted reports whether r is a job an earlier controller started.
 func (r *jobRun) adopted() bool { return r.job.ID() <= jobs.ID(r.s.opts.IDBase) }
-
-// isEnded reports whether j has ended.
-func isEnded(j *jobs.Job) bool {
-	_, ok := j.End()
-	return ok
-}
 
 // JobRecorded says the store now holds job id's end: its output files, left for a
 // controller that comes later until then (Options.OnJob), are removed. An id with no

@@ -91,7 +91,8 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 	if s.opts.OnJob != nil {
 		if err := s.opts.OnJob(r.record(host)); err != nil {
 			if r.streams != nil {
-				r.streams.drain(s.opts.JobKillGrace) // nothing was written: its files go
+				r.streams.drain(s.opts.JobKillGrace)
+				r.streams.remove() // nothing was written, and no record holds them
 			}
 			r.endWithout(err, jobs.End{})
 			return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
