@@ -82,6 +82,10 @@ type Session struct {
 	Parent string `json:"parent,omitempty"`
 	// Workspace is the child's isolated workspace directory, for a child session.
 	Workspace string `json:"workspace,omitempty"`
+	// Pool, in the reply that created the session, says whether a warm pool of its
+	// transport's kernels handed it one: "hit", or "miss" (none of its description was
+	// ready: its kernel started cold). Empty where no pool applies, and in later replies.
+	Pool string `json:"pool,omitempty"`
 	// Kernel is the kernel observation, read without starting a kernel.
 	Kernel Kernel `json:"kernel"`
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/jobs"
+	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/output"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -35,8 +36,9 @@ type metrics struct {
 	cellsSettled, cellsDetached prometheus.Counter
 }
 
-// newMetrics makes the daemon's metrics over r; errors of a scrape go to log.
-func newMetrics(r *registry, log *slog.Logger) *metrics {
+// newMetrics makes the daemon's metrics over r and pools (the Kit's warm pools, read at
+// each scrape); errors of a scrape go to log.
+func newMetrics(r *registry, pools func() []launch.PoolStat, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		peers: prometheus.NewCounter(prometheus.CounterOpts{
@@ -65,7 +67,7 @@ func newMetrics(r *registry, log *slog.Logger) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.peers, m.hostRequests, m.frames, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
-		&sessionCollector{reg: r})
+		&sessionCollector{reg: r}, poolCollector{stats: pools})
 	// A metric that cannot be gathered is logged and left out: a scrape is always a 200
 	// (HTTPErrorOnError would answer a plain-text 500 the API does not document).
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeLog{log}})
@@ -113,6 +115,56 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for t, n := range kernels {
 		ch <- prometheus.MustNewConstMetric(descKernels, prometheus.GaugeValue, float64(n), t)
+	}
+}
+
+var (
+	descPoolSize     = prometheus.NewDesc("kennel_pool_size", "Ready kernels a warm pool keeps, by transport.", []string{"transport"}, nil)
+	descPoolReady    = prometheus.NewDesc("kennel_pool_ready", "Ready kernels a warm pool holds now, by transport.", []string{"transport"}, nil)
+	descPoolHits     = prometheus.NewDesc("kennel_pool_hits_total", "Sessions a warm pool handed a ready kernel, by transport.", []string{"transport"}, nil)
+	descPoolMisses   = prometheus.NewDesc("kennel_pool_misses_total", "Sessions whose kernel started cold beside a warm pool (none ready of their description), by transport.", []string{"transport"}, nil)
+	descPoolHitRatio = prometheus.NewDesc("kennel_pool_hit_ratio", "Hits over hits and misses of a warm pool so far (0 before its first session), by transport.", []string{"transport"}, nil)
+	descPoolRefills  = prometheus.NewDesc("kennel_pool_refills_total", "Kernels a warm pool made ready, by transport.", []string{"transport"}, nil)
+	descPoolRefill   = prometheus.NewDesc("kennel_pool_refill_seconds_total", "Time a warm pool spent making its ready kernels, creation to waiting, in all, by transport.", []string{"transport"}, nil)
+	descPoolLast     = prometheus.NewDesc("kennel_pool_last_refill_seconds", "Time the newest ready kernel of a warm pool took to make, by transport.", []string{"transport"}, nil)
+	descPoolFailures = prometheus.NewDesc("kennel_pool_failures_total", "Kernels a warm pool failed to make ready or to hand out, by transport.", []string{"transport"}, nil)
+)
+
+// poolCollector reads the warm pools' figures at each scrape.
+type poolCollector struct{ stats func() []launch.PoolStat }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPoolSize, descPoolReady, descPoolHits, descPoolMisses, descPoolHitRatio, descPoolRefills, descPoolRefill, descPoolLast, descPoolFailures} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.stats == nil {
+		return
+	}
+	for _, p := range c.stats() {
+		ratio := 0.0
+		if n := p.Hits + p.Misses; n > 0 {
+			ratio = float64(p.Hits) / float64(n)
+		}
+		for _, m := range []struct {
+			d *prometheus.Desc
+			t prometheus.ValueType
+			v float64
+		}{
+			{descPoolSize, prometheus.GaugeValue, float64(p.Size)},
+			{descPoolReady, prometheus.GaugeValue, float64(p.Ready)},
+			{descPoolHits, prometheus.CounterValue, float64(p.Hits)},
+			{descPoolMisses, prometheus.CounterValue, float64(p.Misses)},
+			{descPoolHitRatio, prometheus.GaugeValue, ratio},
+			{descPoolRefills, prometheus.CounterValue, float64(p.Refills)},
+			{descPoolRefill, prometheus.CounterValue, p.RefillTime.Seconds()},
+			{descPoolLast, prometheus.GaugeValue, p.LastRefill.Seconds()},
+			{descPoolFailures, prometheus.CounterValue, float64(p.Failures)},
+		} {
+			ch <- prometheus.MustNewConstMetric(m.d, m.t, m.v, p.Kind)
+		}
 	}
 }
 

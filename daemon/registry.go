@@ -28,6 +28,7 @@ type entry struct {
 	created   time.Time
 	parent    string // the parent session of a child
 	wsDir     string // a child's workspace directory
+	pool      string // its first kernel's transports.Info.Pool: a warm pool's hit or miss, or ""
 
 	mu        sync.Mutex
 	jobIDs    []jobs.ID            // jobs started through the API, in order

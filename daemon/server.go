@@ -207,7 +207,7 @@ func New(opts Options) (_ *Server, err error) {
 	}
 	s := &Server{opts: opts, log: log, bundle: b.Hash(), reg: newRegistry(), ownKit: ownKit, store: st}
 	s.hosts = newHostProbes(func() *launch.Kit { return s.opts.Kit })
-	s.metrics = newMetrics(s.reg, log)
+	s.metrics = newMetrics(s.reg, opts.Kit.PoolStats, log)
 	s.handler = bodyDeadline(newRouter(s.routes()), opts.Timeouts.Body)
 	return s, nil
 }
@@ -255,6 +255,11 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	s.served, s.listener, s.http = true, l, hs
 	s.mu.Unlock()
 
+	// The pools start before the sweep, which keeps their containers (their instance's).
+	if err := s.opts.Kit.StartPools(ctx, s.log); err != nil {
+		s.shutdown(context.WithoutCancel(ctx))
+		return fmt.Errorf("serve: %w", err)
+	}
 	s.restore(ctx)
 	s.sweep(ctx)
 	errc := make(chan error, 1)

@@ -163,6 +163,9 @@ func (s *Server) open(ctx context.Context, req api.CreateSession, spec *sessions
 		req: req, spec: spec, remote: parts.Remote, created: rec.Created, parent: rec.Parent, wsDir: rec.Workspace,
 	}
 	_, e.resumable = parts.Transport.(transports.Reattacher)
+	if _, info, ok := sess.Kernel(); ok {
+		e.pool = info.Pool
+	}
 	e.epoch = rec.Epoch
 	if err := k.store(rec); err != nil {
 		s.endSession(ctx, e)
@@ -234,7 +237,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, s.describe(e))
+		d := s.describe(e)
+		d.Pool = e.pool
+		writeJSON(w, http.StatusCreated, d)
 		return
 	}
 	if len(key) > 256 {
@@ -260,10 +265,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusOK
+	d := s.describe(e)
 	if created {
 		status = http.StatusCreated
+		d.Pool = e.pool
 	}
-	writeJSON(w, status, s.describe(e))
+	writeJSON(w, status, d)
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {

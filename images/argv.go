@@ -28,6 +28,12 @@ const (
 	// EnvRun names a detached kernel's run directory (docs/protocol.md, "Protocol 2"):
 	// the stub reads its token from fd 0, serves kernel.sock there and watches no owner.
 	EnvRun = "KENNEL_KERNEL_RUN"
+	// EnvPooled set to "1" beside EnvRun makes a detached kernel one started ahead of its
+	// session (a warm pool): it loads the kernel proper, then reads a start block from
+	// fd 0 (its token line, then one JSON line {"dir": ..., "env": [...]}: the working
+	// directory and the whole environment the session's kernel runs with) instead of
+	// the token alone.
+	EnvPooled = "KENNEL_KERNEL_POOLED"
 )
 
 // bootProgram is the -c program of KernelArgv: argv[1] is the unpacked bundle dir.

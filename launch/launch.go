@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/moby/moby/client"
@@ -61,6 +62,9 @@ type Options struct {
 	// (Kubernetes.Detached). The
 	// daemon sets it; `kennel run` leaves it empty (its kernel ends with the command).
 	RunDir string
+	// Pools say how many ready kernels to keep per kind once StartPools runs (none by
+	// default).
+	Pools Pools
 }
 
 // Kit assembles sessions from descriptions. It keeps what its sessions share: one local
@@ -81,7 +85,9 @@ type Kit struct {
 	// once (kubeSwept).
 	kube      map[kubeKey]*kubernetes.Client
 	kubeSwept map[string]bool
-	closed    bool
+	// dockerPool is the warm pool of Docker kernels (StartPools), or nil.
+	dockerPool *docker.Pool
+	closed     bool
 }
 
 // New returns a Kit that has started and connected nothing yet.
@@ -114,6 +120,12 @@ func (k *Kit) Close() error {
 	defer k.mu.Unlock()
 	k.closed = true
 	var errs []error
+	if k.dockerPool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		errs = append(errs, k.dockerPool.Close(ctx))
+		cancel()
+		k.dockerPool = nil
+	}
 	if k.engine != nil {
 		errs = append(errs, k.engine.Close())
 		k.engine = nil
@@ -317,6 +329,7 @@ func (k *Kit) docker(ctx context.Context, spec *sessionspec.Transport, dir strin
 	}
 	var owner *pathmap.Owner
 	if o.Container == "" {
+		o.Pool = k.pool()
 		if own, ok := numericOwner(o.UserFor(sandboxDir)); ok {
 			owner = otherOwner(own)
 		}
@@ -420,6 +433,9 @@ func (k *Kit) SweepDocker(ctx context.Context, held func(containerID string) boo
 	o := docker.EngineSweepOptions{ConnectOptions: k.opts.Engine}
 	if held != nil {
 		o.Owner, o.Held = k.opts.Docker.DetachedOwner, held
+		if p := k.pool(); p != nil {
+			o.Pool = p.Instance()
+		}
 	}
 	return docker.SweepEngine(ctx, o)
 }

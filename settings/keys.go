@@ -108,6 +108,15 @@ var keys = []*Key{
 		value:  func(s *Settings) any { return s.KernelMemory },
 	},
 	{
+		ID: "pool", Type: "object {docker}: whole numbers of ready kernels, at most 64 each",
+		Scope: GlobalOnly, Limit: true, Default: json.RawMessage("{}"),
+		Doc:    "warm pools `kennel serve` keeps (--pool overrides): ready, locked-down kernels of the transport's default image and description, each handed to one session whose description matches and replaced in the background (needs a root daemon)",
+		decode: decodePool,
+		copyTo: func(d, s *Settings) { d.Pool = s.Pool },
+		isSet:  func(s *Settings) bool { return s.Pool != nil },
+		value:  func(s *Settings) any { return s.Pool },
+	},
+	{
 		ID: "logLevel", Type: `"debug", "info", "warn" or "error"`,
 		Scope: ProjectAllowed, Default: json.RawMessage(`"warn"`),
 		Doc:    "the diagnostics level of `kennel run` and `kennel serve` (--debug: debug)",
@@ -259,6 +268,48 @@ func decodeTruncation(n *node, ptr string, s *Settings, bad badFunc) {
 	default:
 		bad(ptr, typeErr(`"off" or an object`, n))
 	}
+}
+
+// MaxPool is the most ready kernels a pool keeps (the pool setting, kennel serve --pool).
+const MaxPool = 64
+
+// PoolKinds are the transports a warm pool keeps kernels of.
+var PoolKinds = []string{"docker"}
+
+// decodePool reads the pool setting: an object of a whole number (0 to MaxPool) per
+// kind in PoolKinds. A bad entry is dropped: that kind has no pool.
+func decodePool(n *node, ptr string, s *Settings, bad badFunc) {
+	if n.kind != kObject {
+		bad(ptr, typeErr("an object", n))
+		return
+	}
+	p := Pool{}
+	for i, key := range n.keys {
+		v, at := n.elems[i], child(ptr, key)
+		if !slices.Contains(PoolKinds, key) {
+			bad(at, ErrUndeclared)
+			continue
+		}
+		x, err := poolSize(v)
+		if err != nil {
+			bad(at, err)
+			continue
+		}
+		p[key] = x
+	}
+	s.Pool = p
+}
+
+// poolSize reads one pool size: a whole number from 0 to MaxPool.
+func poolSize(n *node) (int, error) {
+	if n.kind != kNumber {
+		return 0, typeErr("a whole number", n)
+	}
+	x, err := strconv.ParseInt(n.num.String(), 10, 64)
+	if err != nil || x < 0 || x > MaxPool {
+		return 0, fmt.Errorf("%w: %s is not a whole number from 0 to %d", ErrBadValue, n.num, MaxPool)
+	}
+	return int(x), nil
 }
 
 // wholeNumber reads a positive whole number (as an integer literal).

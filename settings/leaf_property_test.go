@@ -187,12 +187,36 @@ func drawKernelTransport(t *rapid.T, m *docModel) {
 	m.want.KernelTransport = kt
 }
 
+func drawPool(t *rapid.T, m *docModel) {
+	if !rapid.Bool().Draw(t, "pool object") {
+		m.add("pool", rapid.SampledFrom([]string{`2`, `"docker"`, `null`, `[1]`}).Draw(t, "bad pool"))
+		m.bad = append(m.bad, "/pool")
+		return
+	}
+	var fields []string
+	m.want.Pool = Pool{}
+	for _, k := range []string{"docker", "colour"} {
+		if !rapid.Bool().Draw(t, k+" present") {
+			continue
+		}
+		if k == "docker" && rapid.Bool().Draw(t, "size good") {
+			n := rapid.IntRange(0, MaxPool).Draw(t, "size")
+			fields = append(fields, q(k)+":"+strconv.Itoa(n))
+			m.want.Pool[k] = n
+			continue
+		}
+		fields = append(fields, q(k)+":"+rapid.SampledFrom([]string{`-1`, `65`, `1.5`, `"2"`, `null`}).Draw(t, "bad size"))
+		m.bad = append(m.bad, "/pool/"+k)
+	}
+	m.add("pool", "{"+strings.Join(fields, ",")+"}")
+}
+
 // Each leaf of a generated document applies or is named, and never both: the
 // settings read are exactly the good leaves, the problems exactly the bad ones.
 func TestEachLeafAppliesOrIsNamed(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := &docModel{}
-		for _, draw := range []func(*rapid.T, *docModel){drawLogLevel, drawTrusted, drawTruncation, drawKernelTransport} {
+		for _, draw := range []func(*rapid.T, *docModel){drawLogLevel, drawTrusted, drawTruncation, drawKernelTransport, drawPool} {
 			if rapid.Bool().Draw(t, "key present") {
 				draw(t, m)
 			}

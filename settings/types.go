@@ -24,10 +24,16 @@ type Settings struct {
 	// KernelMemory caps the kernel's resident memory in bytes (controller.Options.
 	// KernelMemory); nil is the default (256 MiB), -1 none.
 	KernelMemory *int64 `json:"kernelMemory,omitempty"`
+	// Pool is how many ready kernels `kennel serve` keeps per transport kind (the pool
+	// setting, global only); nil or a kind left out: none.
+	Pool Pool `json:"pool,omitempty"`
 	// LogLevel is the controller's diagnostics level ("debug", "info", "warn", "error");
 	// "" is the default, "warn".
 	LogLevel string `json:"logLevel,omitempty"`
 }
+
+// Pool is the pool setting: ready kernels to keep, by transport kind (PoolKinds).
+type Pool map[string]int
 
 // KernelTransport is the kernelTransport setting: one unit (sessionspec.Transport, whose
 // JSON it is), which a project's entry replaces whole (a project never takes a field from

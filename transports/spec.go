@@ -35,6 +35,7 @@ var reserved = map[string]bool{
 	"KENNEL_KERNEL_EOF_GRACE": true,
 	"KENNEL_REMOTE_RUN":       true,
 	"KENNEL_KERNEL_RUN":       true,
+	"KENNEL_KERNEL_POOLED":    true,
 }
 
 // Reserved reports whether key is one of the environment keys only a transport sets, the
@@ -42,7 +43,7 @@ var reserved = map[string]bool{
 // pid, or stdin) and EOF grace, and the run marker of a kernel reached by no host pid
 // (KENNEL_KERNEL_BUNDLE, KENNEL_KERNEL_OWNER, KENNEL_KERNEL_OWNER_PID,
 // KENNEL_KERNEL_EOF_GRACE, KENNEL_REMOTE_RUN), and the run directory of a detached kernel
-// (KENNEL_KERNEL_RUN). A Spec.Env entry naming one is refused
+// (KENNEL_KERNEL_RUN) and its pool mark (KENNEL_KERNEL_POOLED). A Spec.Env entry naming one is refused
 // (CheckSpec), so no caller can turn off a guard its transport relies on (a sandboxed
 // kernel told to watch a host pid instead of its stdin, say). Other KENNEL_KERNEL_*
 // knobs (KENNEL_KERNEL_SITE) are the caller's.

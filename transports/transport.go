@@ -98,6 +98,9 @@ type Info struct {
 	// kernel cannot (no Spec.JobOutDir, or another host's file system: a remote engine,
 	// a VM).
 	JobOutDir string
+	// Pool is "hit" for a kernel a warm pool handed out, "miss" for one started cold
+	// beside a pool that had none ready of its description, "" where no pool applies.
+	Pool string
 }
 
 // Exit is how a kernel ended.

@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/launch"
@@ -14,8 +17,9 @@ import (
 func newServeCmd() *cobra.Command {
 	var socket, state string
 	var debug, stopKernels bool
+	var pools []string
 	cmd := &cobra.Command{
-		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels]",
+		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels] [--pool docker=N]",
 		Short: "Run the kennel daemon: many sessions behind an HTTP API on a private socket",
 		Long: `Run the daemon. It serves kennel's HTTP API (GET /openapi.json describes it) on a unix
 socket only your user can reach: by default kennel.sock in $XDG_RUNTIME_DIR/kennel, else in
@@ -38,7 +42,16 @@ or Ctrl-C stops the daemon: it stops accepting, lets each kernel run on alone fo
 kennel serve on the same state directory resumes every session, namespace and all (a kernel
 that ended meanwhile is replaced by a fresh one, and the session says its namespace was
 lost). With --stop-kernels the daemon ends every session instead (each kernel, container
-and remote process within its kill grace). kennel rm ends one session for good.`,
+and remote process within its kill grace). kennel rm ends one session for good.
+
+With --pool docker=N (or the global pool setting, {"pool": {"docker": N}}) the daemon keeps N
+ready Docker kernels of the default image and lock-down, each started and waiting for a
+session: a session whose Docker description matches (image, limits, user, network) is
+handed one at once and the pool refills in the background; any other starts cold. The
+create reply says which ("pool": "hit" or "miss"), and /metrics counts hits, misses and
+refill time. A pooled kernel is a fresh one: it has run nothing, gets the session's mounts
+(mounted into its container at hand-out), environment and working directory, and serves
+that session alone. A pool needs a daemon running as root and a local engine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The daemon logs at the global logLevel setting's level (--debug: everything).
@@ -53,7 +66,11 @@ and remote process within its kill grace). kennel rm ends one session for good.`
 			if state == "" {
 				state = daemon.DefaultStateDir(os.Getenv)
 			}
-			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state)})
+			sizes, err := poolSizes(g.Settings.Pool, pools)
+			if err != nil {
+				return err
+			}
+			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{Docker: sizes["docker"]}})
 			defer kit.Close()
 			srv, err := daemon.New(daemon.Options{
 				Socket: socket, StateDir: state, Logger: logger, Kit: kit, Default: daemon.FromSettings,
@@ -69,6 +86,29 @@ and remote process within its kill grace). kennel rm ends one session for good.`
 	cmd.Flags().StringVar(&socket, "socket", "", "the socket's path (default: see above)")
 	cmd.Flags().StringVar(&state, "state", "", "the daemon's private state directory (default: $XDG_STATE_HOME/kennel or ~/.local/state/kennel)")
 	cmd.Flags().BoolVar(&stopKernels, "stop-kernels", false, "end every session's kernel at shutdown instead of letting it run on for the next daemon to resume")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N ready kernels of a transport's default description, KIND=N (docker; at most 64; overrides the pool setting)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log the daemon's and the sessions' diagnostics to stderr")
 	return cmd
+}
+
+// poolSizes is the pool setting with each --pool KIND=N flag over it; a flag that names
+// no pool kind, or a size that is no whole number from 0 to settings.MaxPool, is refused
+// with the flag named.
+func poolSizes(setting settings.Pool, flags []string) (map[string]int, error) {
+	sizes := map[string]int{}
+	for k, n := range setting {
+		sizes[k] = n
+	}
+	for _, f := range flags {
+		kind, num, ok := strings.Cut(f, "=")
+		if !ok || !slices.Contains(settings.PoolKinds, kind) {
+			return nil, fmt.Errorf("--pool %q: want KIND=N, KIND one of %q", f, settings.PoolKinds)
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 0 || n > settings.MaxPool {
+			return nil, fmt.Errorf("--pool %q: N must be a whole number from 0 to %d", f, settings.MaxPool)
+		}
+		sizes[kind] = n
+	}
+	return sizes, nil
 }

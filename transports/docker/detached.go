@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
@@ -54,7 +55,52 @@ var (
 	_ transports.Reattacher = (*Transport)(nil)
 )
 
-func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec transports.Spec) (_ transports.Kernel, err error) {
+func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec transports.Spec) (transports.Kernel, error) {
+	if p := t.opts.Pool; p != nil {
+		k, err := p.handOut(ctx, t, bc, spec)
+		if k != nil || err != nil {
+			return k, err
+		}
+	}
+	c, err := t.prepareDetached(ctx, bc, spec, "")
+	if err != nil {
+		return nil, err
+	}
+	k, err := t.reachDetached(ctx, c, c.token+"\n")
+	if err != nil {
+		return nil, err
+	}
+	if t.opts.Pool != nil {
+		k.SetPool(PoolMiss)
+	}
+	return k, nil
+}
+
+// detachedContainer is a detached run-mode kernel's container, made and started, whose
+// kernel waits for its token (or, pooled, its start block) on the attached stdin.
+type detachedContainer struct {
+	id, kid, token string
+	// runDir is the run directory on this host, inside where the container sees it.
+	runDir, inside string
+	att            client.ContainerAttachResult
+	// early is what the kernel said on stderr before its kernel.log took over.
+	early     *kernelstart.HeadBuffer
+	exited    <-chan struct{}
+	result    func() (transports.Exit, error)
+	stopWait  context.CancelFunc
+	jobOutDir string
+	ctx       context.Context // the watch's: ends with stopWait
+	// ns is a pooled kernel's container's mount namespace, held until its hand-out, and
+	// hostname the container's host name (the engine's HOSTNAME entry of its environment).
+	ns       *os.File
+	hostname string
+}
+
+// prepareDetached makes, attaches and starts the container of a detached kernel for
+// spec, with its run directory; pool, when set, makes one for the Pool of that instance
+// (no session yet: its kernel loads and then waits for a start block). On error nothing
+// is left.
+func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec transports.Spec, pool string) (_ *detachedContainer, err error) {
 	image, err := t.Image()
 	if err != nil {
 		return nil, err
@@ -74,25 +120,25 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	kid, token := hex.EncodeToString(idb), hex.EncodeToString(tok)
+	c := &detachedContainer{kid: hex.EncodeToString(idb), token: hex.EncodeToString(tok)}
 	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run directory root: %w", err)
 	}
-	runDir := filepath.Join(t.opts.RunDir, kid)
-	if err := os.Mkdir(runDir, 0o700); err != nil {
+	c.runDir = filepath.Join(t.opts.RunDir, c.kid)
+	if err := os.Mkdir(c.runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run directory: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(runDir)
+			_ = os.RemoveAll(c.runDir)
 		}
 	}()
-	if err := os.Chown(runDir, uid, gid); err != nil {
+	if err := os.Chown(c.runDir, uid, gid); err != nil {
 		return nil, fmt.Errorf("give the run directory to the kernel's user %d:%d (a detached Docker kernel needs a controller that may chown): %w", uid, gid, err)
 	}
 	opts := t.createOptions(image, bc.bundle, spec)
-	inside := path.Join(ContainerRunRoot, kid)
-	opts.Config.Env = t.env(bc.bundle, spec, "", inside)
+	c.inside = path.Join(ContainerRunRoot, c.kid)
+	opts.Config.Env = t.env(bc.bundle, spec, "", c.inside)
 	opts.Config.AttachStdout = false // the kernel's stderr is read until its kernel.log takes over
 	for k := range opts.Config.Labels {
 		if strings.HasPrefix(k, LabelController) {
@@ -103,56 +149,91 @@ func (t *Transport) startDetached(ctx context.Context, bc bundleCache, spec tran
 	if t.opts.DetachedOwner != "" {
 		opts.Config.Labels[LabelDetachedOwner] = t.opts.DetachedOwner
 	}
+	if pool != "" {
+		opts.Config.Env = append(opts.Config.Env, images.EnvPooled+"=1")
+		opts.Config.Labels[LabelPool] = pool
+		delete(opts.Config.Labels, LabelSession)
+	}
 	opts.HostConfig.AutoRemove = true
-	opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: runDir, Target: inside})
-	id, att, err := t.launch(ctx, opts, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true})
-	if err != nil {
+	opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: c.runDir, Target: c.inside})
+	c.jobOutDir = jobOutDirOf(opts.HostConfig)
+	if c.id, c.att, err = t.launch(ctx, opts, client.ContainerAttachOptions{Stream: true, Stdin: true, Stderr: true}); err != nil {
 		return nil, err
 	}
+	c.early = &kernelstart.HeadBuffer{Limit: 4096}
+	go func() { _, _ = stdcopy.StdCopy(io.Discard, c.early, c.att.Reader) }()
+	c.ctx, c.stopWait = context.WithCancel(context.Background())
+	c.exited, c.result = t.waitContainer(c.ctx, c.id)
+	if pool != "" {
+		ins, ierr := t.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+		pid := 0
+		if ierr == nil && ins.Container.State != nil {
+			pid = ins.Container.State.Pid
+		}
+		if ierr == nil && ins.Container.Config != nil {
+			c.hostname = ins.Container.Config.Hostname
+		}
+		if c.ns, err = t.holdNamespace(ctx, c.id, pid); err != nil {
+			t.discard(ctx, c)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// discard removes c's container and run directory.
+func (t *Transport) discard(ctx context.Context, c *detachedContainer) {
+	if c.ns != nil {
+		_ = c.ns.Close()
+	}
+	c.att.Close()
+	t.removeSoon(ctx, c.id)
+	c.stopWait()
+	_ = os.RemoveAll(c.runDir)
+}
+
+// reachDetached hands c's kernel block on its stdin (the token line, or a pooled
+// kernel's start block), closes it, and opens the kernel's link. On error c is removed.
+func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, block string) (_ *detachedKernel, err error) {
 	defer func() {
 		if err != nil {
-			t.removeSoon(ctx, id)
+			t.discard(ctx, c)
 		}
 	}()
-	// The token is the one line the kernel reads from its stdin; the stream then closes.
-	_, werr := io.WriteString(att.Conn, token+"\n")
-	_ = att.CloseWrite()
-	defer att.Close()
+	_, werr := io.WriteString(c.att.Conn, block)
+	_ = c.att.CloseWrite()
+	defer c.att.Close()
 	if werr != nil {
-		return nil, fmt.Errorf("hand the token to container %.12s: %w", id, werr)
+		return nil, fmt.Errorf("hand the token to container %.12s: %w", c.id, werr)
 	}
-	// What the kernel says on stderr before its kernel.log takes over: a failed start's why.
-	early := &kernelstart.HeadBuffer{Limit: 4096}
-	go func() { _, _ = stdcopy.StdCopy(io.Discard, early, att.Reader) }()
-	exited, result := t.waitContainer(context.Background(), id)
-	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
+	launch := linked.NewLaunch(filepath.Join(c.runDir, "kernel.sock"), c.exited)
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cl, err := link.Open(lctx, link.Options{
-		Kernel: kid, Token: token, Grace: kernelGrace(t.opts.KernelGrace), Dial: launch.Dial,
-		Backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
+		Kernel: c.kid, Token: c.token, Grace: kernelGrace(t.opts.KernelGrace), Dial: launch.Dial,
+		Backoff: link.Backoff{First: time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
 	})
 	if err != nil {
 		select { // let the stderr of a kernel that ended arrive
-		case <-exited:
+		case <-c.exited:
 			time.Sleep(100 * time.Millisecond)
 		case <-time.After(time.Second):
 		}
-		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
+		log, _ := os.ReadFile(filepath.Join(c.runDir, "kernel.log"))
 		select {
-		case <-exited:
-			if exit, _ := result(); exit.Code == 126 || exit.Code == 127 { // the interpreter could not be run
+		case <-c.exited:
+			if exit, _ := c.result(); exit.Code == 126 || exit.Code == 127 { // the interpreter could not be run
 				err = fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
 			}
 		default:
 		}
-		return nil, fmt.Errorf("attach to detached kernel in container %.12s: %w (stderr %q, kernel.log %q)", id, err, early.String(), log)
+		return nil, fmt.Errorf("attach to detached kernel in container %.12s: %w (stderr %q, kernel.log %q)", c.id, err, c.early.String(), log)
 	}
 	launch.Started()
 	h := cl.Hello()
-	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: id}
-	k := t.runDetached(cl, rec, exited, result, nil)
-	k.SetJobOutDir(jobOutDirOf(opts.HostConfig))
+	rec := transports.Record{Transport: Name, Kernel: c.kid, RunDir: c.runDir, Token: c.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: c.id}
+	k := t.runDetached(cl, rec, c.exited, c.result, c.stopWait)
+	k.SetJobOutDir(c.jobOutDir)
 	return k, nil
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/moby/moby/client"
 )
 
-func detachedOptions(t *testing.T) docker.Options {
+func detachedOptions(t testing.TB) docker.Options {
 	return docker.Options{RunDir: filepath.Join(t.TempDir(), "run"), StdinGrace: time.Second, StopGrace: time.Second}
 }
 

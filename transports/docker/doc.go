@@ -106,4 +106,23 @@
 // (or its attach connection) never touches it. Record.Where is the container; a
 // container gone or stopped proves its kernels gone. Info.ID is the container, ':' and
 // the kernel's run directory.
+//
+// # Warm pools
+//
+// A Pool (NewPool) keeps ready detached run-mode kernels of one description: each
+// container made and started, its stub loaded and its socket bound, waiting for a
+// session. A Transport whose Options.Pool is set takes one for a Start whose description
+// resolves to the pool's (engine, image, user, interpreter, lock-down) and hands it out:
+// the session's mounts and job output directory are cloned on this host (open_tree(2),
+// nosuid and nodev, read-only ones read-only, before anything in the container can see
+// them) and attached in the container's mount namespace from a thread that entered it
+// (setns(2); a missing mount point is made, the read-only root made writable for that
+// moment alone, before the kernel has run anything); then its start block gives it the
+// token, the session's whole environment (as a cold start's: the engine's HOSTNAME,
+// then the transport's entries) and working directory. Any other Start is cold, its
+// Info.Pool PoolMiss. A pooled kernel is used once. Its container is labelled with the
+// pool's instance (LabelPool) instead of a session (LabelSession): a sweep given that
+// instance keeps it (SweepOptions.Pool), a later controller's sweep of the same owner
+// removes it unless a record holds it. The pool needs CAP_SYS_ADMIN (root), a local
+// engine and runc or crun.
 package docker

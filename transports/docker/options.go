@@ -126,6 +126,12 @@ type Options struct {
 	// KernelGrace is how long a detached kernel lives with nothing attached (zero: one
 	// hour).
 	KernelGrace time.Duration
+
+	// Pool, when set, is a warm pool (NewPool) a detached run-mode kernel is taken from
+	// when the pool's kernels have its description (engine, image, user, interpreter,
+	// lock-down): its Info.Pool is then PoolHit, and PoolMiss for one started cold
+	// beside the pool. Nil starts every kernel cold.
+	Pool *Pool
 }
 
 // UserFor returns the kernel's user for a start whose working directory is dir (a

@@ -25,6 +25,9 @@ type SweepOptions struct {
 	// none, are kept: they end with their kernels' grace.
 	Owner string
 	Held  func(containerID string) bool
+	// Pool is the instance of the live Pool of Owner's (Pool.Instance), whose ready
+	// kernels' containers no record holds yet: they are kept. Empty keeps none.
+	Pool string
 }
 
 // SweepResult says what Sweep did.
@@ -81,6 +84,9 @@ func Sweep(ctx context.Context, cli client.APIClient, o SweepOptions) (SweepResu
 // sweepable is Sweep's verdict on one container's labels.
 func sweepable(id string, labels map[string]string, o SweepOptions) bool {
 	if labels[LabelDetached] == "1" {
+		if o.Pool != "" && labels[LabelPool] == o.Pool {
+			return false
+		}
 		return o.Owner != "" && o.Held != nil && labels[LabelDetachedOwner] == o.Owner && !o.Held(id)
 	}
 	owner, ok := controllerFromLabels(labels)
@@ -175,9 +181,10 @@ type EngineSweepOptions struct {
 	ConnectOptions
 	// Self is the sweeping controller. The zero value means Self().
 	Self Controller
-	// Owner and Held sweep detached kernels' containers too (SweepOptions).
+	// Owner, Held and Pool sweep detached kernels' containers too (SweepOptions).
 	Owner string
 	Held  func(containerID string) bool
+	Pool  string
 }
 
 // SweepEngine is the sweep a controller runs when it starts, before or while it starts
@@ -196,5 +203,5 @@ func SweepEngine(ctx context.Context, o EngineSweepOptions) (SweepResult, error)
 		return SweepResult{}, fmt.Errorf("sweep: %w", err)
 	}
 	defer cli.Close()
-	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }, Owner: o.Owner, Held: o.Held})
+	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }, Owner: o.Owner, Held: o.Held, Pool: o.Pool})
 }

@@ -21,6 +21,10 @@ import sys
 ENV_BUNDLE = "KENNEL_KERNEL_BUNDLE"
 # The run directory of a detached kernel (protocol 2); unset or empty: protocol 1.
 ENV_RUN = "KENNEL_KERNEL_RUN"
+# Set to "1" (beside ENV_RUN) for a kernel started ahead of its session, in a pool: it
+# loads the kernel proper, then reads a start block (token, environment, working
+# directory) from fd 0 instead of the token alone.
+ENV_POOLED = "KENNEL_KERNEL_POOLED"
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -103,13 +107,23 @@ def _detach(run):
     directory, read the token from fd 0, lead a session, bind kernel.sock, point fds 0,
     1 and 2 at /dev/null and kernel.log (then 1 and 2 at the capture pipes, as for
     protocol 1) and make the link the kernel proper's frame channel. Any failure
-    before the socket serves ends the process with status 2 and a message on stderr.
-    Runs before any thread exists (listen changes the working directory)."""
+    before the socket serves ends the process with status 2 and a message on stderr
+    (kernel.log once it is open).
+    Runs before any thread exists (listen changes the working directory).
+
+    A pooled kernel (ENV_POOLED) does all of that but the link before its session
+    comes, the kernel proper loaded too; then it reads its start block (token,
+    environment, working directory) from what was fd 0, takes the session's environment
+    whole and its working directory, and makes the link: a hand-out costs that alone."""
     from kennel import _link
 
+    pooled = os.environ.get(ENV_POOLED, "") == "1"
+    if pooled:
+        from kennel import _kernel  # noqa: F401  (loaded while the kernel waits)
     try:
         run_path, run_fd, kernel_id = _link.open_run_dir(run)
-        token = _link.read_token(0)
+        start_fd = os.dup(0) if pooled else -1
+        token = None if pooled else _link.read_token(0)
     except _link.BootError as exc:
         _fail(str(exc))
     pid = os.getpid()
@@ -124,10 +138,6 @@ def _detach(run):
     from kennel import _sweep
 
     _sweep.become_subreaper()
-    # Cells and jobs do not inherit what made this kernel detached, nor an owner to die
-    # with: a detached kernel outlives whoever started it.
-    for name in (ENV_RUN, "KENNEL_KERNEL_OWNER_PID", "KENNEL_KERNEL_OWNER"):
-        os.environ.pop(name, None)
     try:
         sock, sock_id = _link.listen(run_fd)
     except OSError as exc:
@@ -154,6 +164,24 @@ def _detach(run):
     boot.frames_in = boot.frames_out = None  # the kernel proper reads and writes the link
     _capture(boot)
     boot.signals = _catch_term()
+    if pooled:
+        try:
+            token, env, where = _link.read_start(start_fd)
+            os.close(start_fd)
+            os.chdir(where)
+        except (_link.BootError, OSError) as exc:
+            try:
+                _write_all(log, ("kennel: %s\n" % (exc,)).encode("utf-8", "replace"))
+            except OSError:
+                pass
+            os._exit(2)
+        # The session's environment, whole: nothing of the pool's stays.
+        os.environ.clear()
+        os.environ.update(env)
+    # Cells and jobs do not inherit what made this kernel detached, nor an owner to die
+    # with: a detached kernel outlives whoever started it.
+    for name in (ENV_RUN, ENV_POOLED, "KENNEL_KERNEL_OWNER_PID", "KENNEL_KERNEL_OWNER"):
+        os.environ.pop(name, None)
     version = sys.version_info
     boot.link = _link.Link(
         run_path, run_fd, kernel_id, token, sock, sock_id, log,

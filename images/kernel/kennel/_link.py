@@ -506,6 +506,59 @@ def read_token(fd):
     return line.decode("ascii")
 
 
+# The most a pooled kernel's start block may hold (token line and start line).
+START_LIMIT = 1 << 20
+
+
+def read_start(fd):
+    """Read a pooled kernel's start block from fd, to its end: the token line, then one
+    line of JSON, {"dir": absolute path, "env": ["KEY=VALUE", ...]}, the environment the
+    kernel runs with (it replaces the whole of os.environ) and its working directory.
+    Returns (token, env as a dict, dir). Anything else (over START_LIMIT, a bad token,
+    a key or value with a NUL, a key with "=", a relative dir) is a BootError."""
+    import json
+
+    chunks = []
+    size = 0
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            raise BootError("start block: cannot read fd %d: %s" % (fd, exc.strerror or exc))
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > START_LIMIT:
+            raise BootError("start block: over %d bytes" % START_LIMIT)
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    token, _, rest = data.partition(b"\n")
+    if len(token) != 64 or not set(token) <= _HEX:
+        raise BootError("start block: want a first line of 64 lowercase hex digits")
+    try:
+        start = json.loads(rest.decode("utf-8"))
+    except ValueError as exc:
+        raise BootError("start block: its second line is no JSON: %s" % exc)
+    if not isinstance(start, dict):
+        raise BootError("start block: its second line is no JSON object")
+    where, entries = start.get("dir"), start.get("env")
+    if not isinstance(where, str) or not where.startswith("/") or "\0" in where:
+        raise BootError("start block: dir must be an absolute path")
+    if not isinstance(entries, list):
+        raise BootError("start block: env must be a list of KEY=VALUE")
+    env = {}
+    for kv in entries:
+        if not isinstance(kv, str) or "\0" in kv:
+            raise BootError("start block: env must be a list of KEY=VALUE")
+        key, eq, value = kv.partition("=")
+        if not key or not eq:
+            raise BootError("start block: env entry %r is no KEY=VALUE" % kv[:64])
+        env[key] = value
+    return token.decode("ascii"), env, where
+
+
 def listen(run_fd):
     """Bind and listen on kernel.sock in the run directory (bound by its relative name,
     so a deep directory stays under sun_path's limit; mode 0600). The process's working

@@ -66,6 +66,9 @@ func (k *Detached) Info() transports.Info { return k.info }
 // SetJobOutDir sets Info.JobOutDir (where the kernel sees the session's FIFO directory).
 func (k *Detached) SetJobOutDir(dir string) { k.info.JobOutDir = dir }
 
+// SetPool sets Info.Pool (whether a warm pool handed the kernel out).
+func (k *Detached) SetPool(word string) { k.info.Pool = word }
+
 // Kill ends the kernel through its Watch's stages.
 func (k *Detached) Kill(ctx context.Context) error { return k.Watch.Kill(ctx) }
 

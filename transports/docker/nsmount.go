@@ -1,0 +1,137 @@
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// bind is a bind mount a pooled kernel's container gets at its hand-out: the host
+// directory Host at Target in the container, read-only when ReadOnly.
+type bind struct {
+	Host, Target string
+	ReadOnly     bool
+}
+
+// mountInto mounts binds, parents first, in the mount namespace ns (an open
+// /proc/PID/ns/mnt of a container's process) as the engine would have at the
+// container's creation: each a recursive clone of its host directory (open_tree(2)),
+// made private, nosuid and nodev (and read-only, recursively, when ReadOnly) before it is
+// attached (move_mount(2)), so no process in the container ever sees it writable.
+//
+// A target's missing directories are made (root's, 0755); on a read-only root file system
+// the root is made writable for that and read-only again before mountInto returns. A
+// target path through a symlink in the container, or through a file that is no
+// directory, is refused: the container's file system is the image's, and no kernel has
+// run in it yet, but a path is resolved there only as directories.
+//
+// It needs CAP_SYS_ADMIN (a root controller). The namespace is entered on a thread of
+// its own that unshares its file-system attributes first and ends with the call, so no
+// other goroutine ever runs in it.
+func mountInto(ns *os.File, binds []bind) (err error) {
+	binds = slices.Clone(binds)
+	slices.SortStableFunc(binds, func(a, b bind) int {
+		return strings.Count(path.Clean(a.Target), "/") - strings.Count(path.Clean(b.Target), "/")
+	})
+	trees := make([]int, 0, len(binds))
+	defer func() {
+		for _, fd := range trees {
+			_ = unix.Close(fd)
+		}
+	}()
+	for _, b := range binds {
+		if !path.IsAbs(b.Target) || !path.IsAbs(b.Host) {
+			return fmt.Errorf("bind %q at %q: paths must be absolute", b.Host, b.Target)
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("clone the mount of %q: %w", b.Host, err)
+		}
+		trees = append(trees, fd)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+		if b.ReadOnly {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("set the attributes of the mount of %q: %w", b.Host, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, namespace and all.
+		runtime.LockOSThread()
+		done <- attachIn(ns, binds, trees)
+	}()
+	return <-done
+}
+
+// attachIn enters ns on the calling (locked) thread and attaches each detached tree at
+// its bind's target.
+func attachIn(ns *os.File, binds []bind, trees []int) (err error) {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare the file-system attributes: %w", err)
+	}
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	var rootMadeWritable bool
+	defer func() {
+		if rootMadeWritable {
+			if rerr := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); rerr != nil && err == nil {
+				err = fmt.Errorf("make the container's root read-only again: %w", rerr)
+			}
+		}
+	}()
+	for i, b := range binds {
+		if err := mkdirAllIn(b.Target, &rootMadeWritable); err != nil {
+			return err
+		}
+		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, b.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount %q at %q in the container: %w", b.Host, b.Target, err)
+		}
+	}
+	return nil
+}
+
+// mkdirAllIn makes dir's missing directories, one component at a time without following
+// a symlink; on a read-only root it makes the root writable first (and says so through
+// rootWritable, for the caller to undo).
+func mkdirAllIn(dir string, rootWritable *bool) error {
+	at := "/"
+	for _, name := range strings.Split(strings.Trim(path.Clean(dir), "/"), "/") {
+		if name == "" {
+			continue
+		}
+		at = path.Join(at, name)
+		var st unix.Stat_t
+		err := unix.Lstat(at, &st)
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+			continue
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return fmt.Errorf("mount target %q: %q is a symlink in the container", dir, at)
+		case err == nil:
+			return fmt.Errorf("mount target %q: %q is no directory in the container", dir, at)
+		case !errors.Is(err, unix.ENOENT):
+			return fmt.Errorf("mount target %q: %w", dir, err)
+		}
+		err = unix.Mkdir(at, 0o755)
+		if errors.Is(err, unix.EROFS) && !*rootWritable {
+			if rerr := unix.MountSetattr(unix.AT_FDCWD, "/", 0, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); rerr != nil {
+				return fmt.Errorf("mount target %q: make the container's root writable to make it: %w", dir, rerr)
+			}
+			*rootWritable = true
+			err = unix.Mkdir(at, 0o755)
+		}
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("mount target %q: %w", dir, err)
+		}
+	}
+	return nil
+}
