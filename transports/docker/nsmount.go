@@ -49,6 +49,9 @@ func mountInto(ns *os.File, binds []bind) (err error) {
 		if !path.IsAbs(b.Target) || !path.IsAbs(b.Host) {
 			return fmt.Errorf("bind %q at %q: paths must be absolute", b.Host, b.Target)
 		}
+		if path.Clean(b.Target) == "/" {
+			return fmt.Errorf("bind %q at %q: not over the container's root", b.Host, b.Target)
+		}
 		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 		if err != nil {
 			return fmt.Errorf("clone the mount of %q: %w", b.Host, err)

@@ -276,6 +276,35 @@ func TestAPoolMissStartsCold(t *testing.T) {
 	}
 }
 
+// TestAHandOutThatCannotMountStartsCold: a session whose mount target passes through a
+// symlink of the image (/var/run is /run in Debian's) is never mounted through it in a
+// pooled container: that kernel is removed, counted as a failure, and the session gets a
+// kernel started cold, whose engine resolves the path as it always does.
+func TestAHandOutThatCannotMountStartsCold(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	o := detachedOptions(t)
+	o.User = "65534:65534"
+	pool := newPool(t, cli, o, 1)
+	o.Pool = pool
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o.Mounts = []pathmap.Mount{{Host: dir, Sandbox: "/var/run/work"}}
+	k, c := startPooled(t, cli, o, transports.Spec{SessionID: "symlinked", Dir: "/tmp"})
+	if got := k.Info().Pool; got != docker.PoolMiss {
+		t.Errorf("a hand-out through a symlink: pool %q, want %q", got, docker.PoolMiss)
+	}
+	out, err := c.Run("print(open('/run/work/f').read())")
+	if err != nil || strings.TrimSpace(out) != "here" {
+		t.Errorf("the cold kernel's mount: %q, %v", out, err)
+	}
+	if s := pool.Stats(); s.Failures != 1 || s.Hits != 0 || s.Misses != 1 {
+		t.Errorf("after a failed hand-out: %+v", s)
+	}
+	waitReady(t, pool, 1)
+}
+
 // TestAPoolReplacesAKernelThatEndsAndLeavesNothingWhenClosed: a sweep of the pool's
 // owner keeps its ready kernels; a ready kernel whose container is killed is dropped and
 // replaced; Close removes every ready kernel's container and run directory.
