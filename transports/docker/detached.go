@@ -94,6 +94,7 @@ type detachedContainer struct {
 	// hostname the container's host name (the engine's HOSTNAME entry of its environment).
 	ns       *os.File
 	hostname string
+	tr       *Transport
 }
 
 // prepareDetached makes, attaches and starts the container of a detached kernel for
@@ -120,7 +121,7 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	c := &detachedContainer{kid: hex.EncodeToString(idb), token: hex.EncodeToString(tok)}
+	c := &detachedContainer{kid: hex.EncodeToString(idb), token: hex.EncodeToString(tok), tr: t}
 	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run directory root: %w", err)
 	}
@@ -174,20 +175,20 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 			c.hostname = ins.Container.Config.Hostname
 		}
 		if c.ns, err = t.holdNamespace(ctx, c.id, pid); err != nil {
-			t.discard(ctx, c)
+			c.Discard(ctx)
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// discard removes c's container and run directory.
-func (t *Transport) discard(ctx context.Context, c *detachedContainer) {
+// Discard removes c's container and run directory.
+func (c *detachedContainer) Discard(ctx context.Context) {
 	if c.ns != nil {
 		_ = c.ns.Close()
 	}
 	c.att.Close()
-	t.removeSoon(ctx, c.id)
+	c.tr.removeSoon(ctx, c.id)
 	c.stopWait()
 	_ = os.RemoveAll(c.runDir)
 }
@@ -197,7 +198,7 @@ func (t *Transport) discard(ctx context.Context, c *detachedContainer) {
 func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, block string) (_ *detachedKernel, err error) {
 	defer func() {
 		if err != nil {
-			t.discard(ctx, c)
+			c.Discard(ctx)
 		}
 	}()
 	_, werr := io.WriteString(c.att.Conn, block)

@@ -5,20 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/nsmount"
+	"github.com/kennel-dev/kennel/transports/internal/warm"
 )
 
 // LabelPool marks the container of a kernel started ahead of its session, in a Pool: its
@@ -28,11 +27,10 @@ import (
 // never a record's before their hand-out.
 const LabelPool = "dev.kennel.pool"
 
-// Info.Pool's words: a kernel handed out by the pool, or started cold beside a pool that
-// had none for its description.
+// Info.Pool's words (transports.PoolHit, transports.PoolMiss).
 const (
-	PoolHit  = "hit"
-	PoolMiss = "miss"
+	PoolHit  = transports.PoolHit
+	PoolMiss = transports.PoolMiss
 )
 
 // PoolOptions configure a Pool.
@@ -49,21 +47,7 @@ type PoolOptions struct {
 }
 
 // PoolStats is what a Pool has done so far.
-type PoolStats struct {
-	// Size is the number of ready kernels the pool keeps; Ready how many it has now.
-	Size, Ready int
-	// Hits counts kernels handed out; Misses kernels started cold beside the pool (none
-	// ready, or none of the session's description).
-	Hits, Misses uint64
-	// Refills counts the kernels the pool made ready; RefillTime is their time in all
-	// (from the container's creation to a kernel waiting for its session), LastRefill the
-	// newest one's.
-	Refills                uint64
-	RefillTime, LastRefill time.Duration
-	// Failures counts the pool's starts that failed (each logged, then tried again after
-	// a backoff of up to 30 s).
-	Failures uint64
-}
+type PoolStats = transports.PoolStats
 
 // Pool keeps ready kernels of one description: containers made, started and locked down,
 // each with the stub loaded and waiting for its session, so that a session's Start takes
@@ -88,18 +72,7 @@ type Pool struct {
 	tr       *Transport
 	instance string
 	key      string
-	size     int
-	log      *slog.Logger
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-	wake   chan struct{}
-
-	mu     sync.Mutex
-	ready  []*detachedContainer
-	stats  PoolStats
-	closed bool
+	warm     *warm.Pool[*detachedContainer]
 }
 
 // NewPool returns a pool of opts.Size kernels over cli (the engine the sessions' own
@@ -140,19 +113,13 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	inst := make([]byte, 8)
 	if _, err := rand.Read(inst); err != nil {
 		return nil, err
 	}
-	p := &Pool{tr: tr, instance: hex.EncodeToString(inst), size: opts.Size, log: log, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p := &Pool{tr: tr, instance: hex.EncodeToString(inst)}
 	p.key = tr.poolKey(cli, tr.opts.User, "")
-	p.stats.Size = opts.Size
-	p.ctx, p.cancel = context.WithCancel(context.Background())
-	go p.fill()
+	p.warm = warm.New(warm.Options[*detachedContainer]{Kind: "docker", Size: opts.Size, Start: p.start, Logger: opts.Logger})
 	return p, nil
 }
 
@@ -198,105 +165,24 @@ func (t *Transport) poolKey(cli client.APIClient, user, python string) string {
 func (p *Pool) Instance() string { return p.instance }
 
 // Stats returns what the pool has done so far.
-func (p *Pool) Stats() PoolStats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.stats
-	s.Ready = len(p.ready)
-	return s
-}
+func (p *Pool) Stats() PoolStats { return p.warm.Stats() }
 
 // Close stops the pool's filling and removes its ready kernels' containers and run
 // directories. It waits for a start under way; later Starts go cold.
-func (p *Pool) Close(ctx context.Context) error {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	p.cancel()
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		return fmt.Errorf("close docker pool: %w", context.Cause(ctx))
-	}
-	p.mu.Lock()
-	ready := p.ready
-	p.ready = nil
-	p.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, c := range ready {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.tr.discard(ctx, c)
-		}()
-	}
-	wg.Wait()
-	return nil
-}
-
-// fill keeps the pool full until it is closed, one start at a time.
-func (p *Pool) fill() {
-	defer close(p.done)
-	backoff := time.Second
-	for {
-		p.mu.Lock()
-		need := !p.closed && len(p.ready) < p.size
-		p.mu.Unlock()
-		if !need {
-			select {
-			case <-p.wake:
-				continue
-			case <-p.ctx.Done():
-				return
-			}
-		}
-		began := time.Now()
-		c, err := p.start()
-		if err != nil {
-			if p.ctx.Err() != nil {
-				return
-			}
-			p.mu.Lock()
-			p.stats.Failures++
-			p.mu.Unlock()
-			p.log.Warn("docker pool: a kernel did not get ready; trying again", "in", backoff, "err", err)
-			select {
-			case <-time.After(backoff):
-			case <-p.ctx.Done():
-				return
-			}
-			backoff = min(2*backoff, 30*time.Second)
-			continue
-		}
-		backoff = time.Second
-		took := time.Since(began)
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			p.tr.discard(context.Background(), c)
-			return
-		}
-		p.ready = append(p.ready, c)
-		p.stats.Refills++
-		p.stats.RefillTime += took
-		p.stats.LastRefill = took
-		p.mu.Unlock()
-		go p.watch(c)
-	}
-}
+func (p *Pool) Close(ctx context.Context) error { return p.warm.Close(ctx) }
 
 // start makes one ready kernel: its container started and its stub waiting.
-func (p *Pool) start() (*detachedContainer, error) {
+func (p *Pool) start(ctx context.Context) (*detachedContainer, error) {
 	bc, err := p.tr.bundle()
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.tr.prepareDetached(p.ctx, bc, transports.Spec{Dir: "/"}, p.instance)
+	c, err := p.tr.prepareDetached(ctx, bc, transports.Spec{Dir: "/"}, p.instance)
 	if err != nil {
 		return nil, err
 	}
-	if err := waitListening(p.ctx, c); err != nil {
-		p.tr.discard(context.Background(), c)
+	if err := waitListening(ctx, c); err != nil {
+		c.Discard(context.Background())
 		return nil, err
 	}
 	return c, nil
@@ -326,79 +212,28 @@ func waitListening(ctx context.Context, c *detachedContainer) error {
 	}
 }
 
-// watch drops c once its container ends while it waits in the pool.
-func (p *Pool) watch(c *detachedContainer) {
-	select {
-	case <-c.exited:
-	case <-c.ctx.Done():
-		return
-	}
-	p.mu.Lock()
-	i := -1
-	for j, r := range p.ready {
-		if r == c {
-			i = j
-		}
-	}
-	if i >= 0 {
-		p.ready = append(p.ready[:i], p.ready[i+1:]...)
-	}
-	p.mu.Unlock()
-	if i >= 0 {
-		_, err := c.result()
-		p.log.Warn("docker pool: a ready kernel ended before its hand-out", "container", c.id, "stderr", c.early.String(), "err", err)
-		p.tr.discard(context.Background(), c)
-		p.poke()
-	}
-}
-
-func (p *Pool) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take returns a ready kernel of key's description, or nil (a miss); either is counted.
-func (p *Pool) take(key string) *detachedContainer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed && key == p.key {
-		for len(p.ready) > 0 {
-			c := p.ready[0]
-			p.ready = p.ready[1:]
-			select {
-			case <-c.exited: // ended meanwhile: its watch removes it
-				continue
-			default:
-			}
-			p.stats.Hits++
-			p.poke()
-			return c
-		}
-	}
-	p.stats.Misses++
-	return nil
-}
-
 // handOut gives the session of spec, started by t, a ready kernel: it returns nil and no
 // error when the pool has none of t's description (a miss: the caller starts one cold)
 // or could not make one its session's (it is removed, and counted as a failure).
 func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec transports.Spec) (transports.Kernel, error) {
-	c := p.take(t.poolKey(t.cli, t.opts.UserFor(spec.Dir), spec.Python))
-	if c == nil {
+	if t.poolKey(t.cli, t.opts.UserFor(spec.Dir), spec.Python) != p.key {
+		p.warm.Miss()
 		return nil, nil
 	}
-	binds := make([]bind, 0, len(t.opts.Mounts)+1)
+	c, ok := p.warm.Take()
+	if !ok {
+		return nil, nil
+	}
+	binds := make([]nsmount.Bind, 0, len(t.opts.Mounts)+1)
 	for _, m := range t.opts.Mounts {
-		binds = append(binds, bind{Host: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
+		binds = append(binds, nsmount.Bind{Host: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
 	}
 	if m, ok := t.jobOutMount(spec); ok {
-		binds = append(binds, bind{Host: m.Source, Target: m.Target})
+		binds = append(binds, nsmount.Bind{Host: m.Source, Target: m.Target})
 		c.jobOutDir = ContainerJobOutDir
 	}
-	if err := mountInto(c.ns, binds); err != nil {
-		p.failed(c, err)
+	if err := nsmount.Into(c.ns, binds); err != nil {
+		p.warm.Failed(c, err)
 		return nil, nil
 	}
 	// The environment a cold start's kernel gets: the engine's HOSTNAME first, then
@@ -412,7 +247,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec t
 		Env []string `json:"env"`
 	}{spec.Dir, env})
 	if err != nil {
-		p.failed(c, err)
+		p.warm.Failed(c, err)
 		return nil, nil
 	}
 	_ = c.ns.Close()
@@ -424,34 +259,21 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec t
 	return k, nil
 }
 
-// failed removes c, which could not be handed out, and counts it.
-func (p *Pool) failed(c *detachedContainer, err error) {
-	p.mu.Lock()
-	p.stats.Failures++
-	p.stats.Hits--
-	p.stats.Misses++
-	p.mu.Unlock()
-	p.log.Warn("docker pool: a ready kernel could not be handed out; starting one cold", "container", c.id, "err", err)
-	p.tr.discard(context.Background(), c)
-}
-
-// errNoNamespace says a pooled container's mount namespace could not be held.
-var errNoNamespace = errors.New("no mount namespace")
-
 // holdNamespace opens the mount namespace of container id's process pid, checking
 // afterwards that the container still runs with that pid (so the namespace is its).
 func (t *Transport) holdNamespace(ctx context.Context, id string, pid int) (*os.File, error) {
-	if pid <= 0 {
-		return nil, fmt.Errorf("container %.12s: %w: its pid is %d", id, errNoNamespace, pid)
-	}
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	f, err := nsmount.Hold(pid, func() bool {
+		ins, err := t.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		return err == nil && ins.Container.State != nil && ins.Container.State.Running && ins.Container.State.Pid == pid
+	})
 	if err != nil {
-		return nil, fmt.Errorf("container %.12s: %w: %w", id, errNoNamespace, err)
-	}
-	ins, err := t.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil || ins.Container.State == nil || !ins.Container.State.Running || ins.Container.State.Pid != pid {
-		_ = f.Close()
-		return nil, fmt.Errorf("container %.12s: %w: it no longer runs as pid %d", id, errNoNamespace, pid)
+		return nil, fmt.Errorf("container %.12s: %w", id, err)
 	}
 	return f, nil
 }
+
+// Exited is closed once the container ends (warm.Ready).
+func (c *detachedContainer) Exited() <-chan struct{} { return c.exited }
+
+// String names the container (warm.Ready).
+func (c *detachedContainer) String() string { return "container " + c.id[:min(12, len(c.id))] }

@@ -1,4 +1,7 @@
-package docker
+// Package nsmount mounts host directories into a running container's mount namespace,
+// as its runtime would have at the container's creation: the hand-out of a kernel a warm
+// pool started before its session (transports/docker, transports/containerd).
+package nsmount
 
 import (
 	"errors"
@@ -7,26 +10,45 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// bind is a bind mount a pooled kernel's container gets at its hand-out: the host
+// Bind is a bind mount a pooled kernel's container gets at its hand-out: the host
 // directory Host at Target in the container, read-only when ReadOnly.
-type bind struct {
+type Bind struct {
 	Host, Target string
 	ReadOnly     bool
 }
 
-// mountInto mounts binds, parents first, in the mount namespace ns (an open
+// Hold opens the mount namespace of process pid (/proc/PID/ns/mnt); alive, checked after
+// the open, must report that pid is still the process it was meant to be (its
+// container's), so the namespace held is that process's and no later one's.
+func Hold(pid int, alive func() bool) (*os.File, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("mount namespace of pid %d: no such process", pid)
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
+	if err != nil {
+		return nil, fmt.Errorf("mount namespace of pid %d: %w", pid, err)
+	}
+	if !alive() {
+		_ = f.Close()
+		return nil, fmt.Errorf("mount namespace of pid %d: the process is no longer the container's", pid)
+	}
+	return f, nil
+}
+
+// Into mounts binds, parents first, in the mount namespace ns (an open
 // /proc/PID/ns/mnt of a container's process) as the engine would have at the
 // container's creation: each a recursive clone of its host directory (open_tree(2)),
 // made private, nosuid and nodev (and read-only, recursively, when ReadOnly) before it is
 // attached (move_mount(2)), so no process in the container ever sees it writable.
 //
 // A target's missing directories are made (root's, 0755); on a read-only root file system
-// the root is made writable for that and read-only again before mountInto returns. A
+// the root is made writable for that and read-only again before Into returns. A
 // target path through a symlink in the container, or through a file that is no
 // directory, is refused: the container's file system is the image's, and no kernel has
 // run in it yet, but a path is resolved there only as directories.
@@ -34,9 +56,9 @@ type bind struct {
 // It needs CAP_SYS_ADMIN (a root controller). The namespace is entered on a thread of
 // its own that unshares its file-system attributes first and ends with the call, so no
 // other goroutine ever runs in it.
-func mountInto(ns *os.File, binds []bind) (err error) {
+func Into(ns *os.File, binds []Bind) (err error) {
 	binds = slices.Clone(binds)
-	slices.SortStableFunc(binds, func(a, b bind) int {
+	slices.SortStableFunc(binds, func(a, b Bind) int {
 		return strings.Count(path.Clean(a.Target), "/") - strings.Count(path.Clean(b.Target), "/")
 	})
 	trees := make([]int, 0, len(binds))
@@ -76,7 +98,7 @@ func mountInto(ns *os.File, binds []bind) (err error) {
 
 // attachIn enters ns on the calling (locked) thread and attaches each detached tree at
 // its bind's target.
-func attachIn(ns *os.File, binds []bind, trees []int) (err error) {
+func attachIn(ns *os.File, binds []Bind, trees []int) (err error) {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare the file-system attributes: %w", err)
 	}

@@ -1,0 +1,227 @@
+// Package warm keeps ready kernels of one description for a transport's warm pool
+// (transports/docker, transports/containerd): it fills the pool in the background, one
+// start at a time, drops a ready kernel that ends while it waits, hands each out once,
+// and counts what it did (transports.PoolStats). What a ready kernel is, how it starts
+// and how it is made a session's are the transport's.
+package warm
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kennel-dev/kennel/transports"
+)
+
+// Ready is a kernel a Pool keeps until its hand-out.
+type Ready interface {
+	// Exited is closed once the kernel ends (it is then dropped from the pool).
+	Exited() <-chan struct{}
+	// Discard removes what the kernel holds (its container, run directory). It is
+	// called once, for a kernel never handed out.
+	Discard(ctx context.Context)
+	// String names it in the pool's logs.
+	String() string
+}
+
+// Options configure a Pool.
+type Options[R Ready] struct {
+	// Kind names the transport in the pool's logs ("docker").
+	Kind string
+	// Size is how many ready kernels to keep, at least 1.
+	Size int
+	// Start makes one ready kernel; ctx ends when the pool closes.
+	Start func(ctx context.Context) (R, error)
+	// Logger gets the pool's failures. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Pool keeps Options.Size ready kernels. It is safe for concurrent use.
+type Pool[R Ready] struct {
+	o      Options[R]
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{}
+
+	mu     sync.Mutex
+	ready  []R
+	stats  transports.PoolStats
+	closed bool
+}
+
+// New starts a pool filling in the background.
+func New[R Ready](o Options[R]) *Pool[R] {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool[R]{o: o, done: make(chan struct{}), wake: make(chan struct{}, 1)}
+	p.stats.Size = o.Size
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	go p.fill()
+	return p
+}
+
+// Stats returns what the pool has done so far.
+func (p *Pool[R]) Stats() transports.PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Ready = len(p.ready)
+	return s
+}
+
+// Take returns a ready kernel and counts a hit, or, with none ready (or the pool closed),
+// counts a miss and returns false.
+func (p *Pool[R]) Take() (R, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for !p.closed && len(p.ready) > 0 {
+		r := p.ready[0]
+		p.ready = p.ready[1:]
+		select {
+		case <-r.Exited(): // ended meanwhile: its watch has let it go
+			continue
+		default:
+		}
+		p.stats.Hits++
+		p.poke()
+		return r, true
+	}
+	p.stats.Misses++
+	var zero R
+	return zero, false
+}
+
+// Miss counts a session of another description than the pool's: it started cold.
+func (p *Pool[R]) Miss() {
+	p.mu.Lock()
+	p.stats.Misses++
+	p.mu.Unlock()
+}
+
+// Failed discards r, taken but not made its session's (err says why), and counts its
+// hit as a miss and a failure: the session starts cold.
+func (p *Pool[R]) Failed(r R, err error) {
+	p.mu.Lock()
+	p.stats.Failures++
+	p.stats.Hits--
+	p.stats.Misses++
+	p.mu.Unlock()
+	p.o.Logger.Warn(p.o.Kind+" pool: a ready kernel could not be handed out; starting one cold", "kernel", r.String(), "err", err)
+	r.Discard(context.Background())
+}
+
+// Close stops the filling and discards the ready kernels. It waits for a start under
+// way, at most until ctx ends.
+func (p *Pool[R]) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return fmt.Errorf("close %s pool: %w", p.o.Kind, context.Cause(ctx))
+	}
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, r := range ready {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Discard(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// fill keeps the pool full until it is closed, one start at a time; a failed start is
+// logged and tried again after a backoff (1 s, doubling to 30 s).
+func (p *Pool[R]) fill() {
+	defer close(p.done)
+	backoff := time.Second
+	for {
+		p.mu.Lock()
+		need := !p.closed && len(p.ready) < p.o.Size
+		p.mu.Unlock()
+		if !need {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		began := time.Now()
+		r, err := p.o.Start(p.ctx)
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return
+			}
+			p.mu.Lock()
+			p.stats.Failures++
+			p.mu.Unlock()
+			p.o.Logger.Warn(p.o.Kind+" pool: a kernel did not get ready; trying again", "in", backoff, "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-p.ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+		took := time.Since(began)
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			r.Discard(context.Background())
+			return
+		}
+		p.ready = append(p.ready, r)
+		p.stats.Refills++
+		p.stats.RefillTime += took
+		p.stats.LastRefill = took
+		p.mu.Unlock()
+		go p.watch(r)
+	}
+}
+
+// watch drops r once it ends while it waits in the pool.
+func (p *Pool[R]) watch(r R) {
+	select {
+	case <-r.Exited():
+	case <-p.ctx.Done():
+		return
+	}
+	p.mu.Lock()
+	i := -1
+	for j, x := range p.ready {
+		if any(x) == any(r) {
+			i = j
+		}
+	}
+	if i >= 0 {
+		p.ready = append(p.ready[:i], p.ready[i+1:]...)
+	}
+	p.mu.Unlock()
+	if i >= 0 {
+		p.o.Logger.Warn(p.o.Kind+" pool: a ready kernel ended before its hand-out", "kernel", r.String())
+		r.Discard(context.Background())
+		p.poke()
+	}
+}
+
+func (p *Pool[R]) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
