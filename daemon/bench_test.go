@@ -23,6 +23,7 @@ import (
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
+	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/transports/local"
 )
 
@@ -181,7 +182,46 @@ func runCellOne(ctx context.Context, c *client.Client, id string, req api.RunCel
 // client of it.
 func serveMinimalHandler(b *testing.B) *client.Client {
 	b.Helper()
-	s := startSession(b)
+	return serveBareHandler(b, executeCell(startSession(b)))
+}
+
+// bareCell runs one cell for a bare handler and returns its reply's cell.
+type bareCell func(ctx context.Context, code string) (*api.Cell, error)
+
+// executeCell is s.Execute as a bareCell.
+func executeCell(s *controller.Session) bareCell {
+	return func(ctx context.Context, code string) (*api.Cell, error) {
+		res, err := s.Execute(ctx, code, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &api.Cell{ID: res.ID, Status: res.Status, Result: res.Result}, nil
+	}
+}
+
+// runCell is the daemon's call on s as a bareCell: s.RunCell, the cell tracked as a job
+// under the API's default budget (60 s).
+func runCell(s *controller.Session) bareCell {
+	return func(ctx context.Context, code string) (*api.Cell, error) {
+		jw, err := s.RunCell(ctx, code, controller.CellOptions{Budget: 60 * time.Second})
+		if err == nil {
+			err = jw.Err
+		}
+		if err == nil && jw.Cell == nil {
+			err = fmt.Errorf("cell backgrounded: %+v", jw.Outcome)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &api.Cell{ID: jw.Cell.ID, Status: jw.Cell.Status, Result: jw.Cell.Result}, nil
+	}
+}
+
+// serveBareHandler serves a bare net/http handler on a fresh unix socket (any session
+// id), stopped at cleanup, and returns a client of it: it decodes the request, runs the
+// cell by run and encodes the reply (no registry, budget, metrics or peer check).
+func serveBareHandler(b *testing.B, run bareCell) *client.Client {
+	b.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sessions/{id}/cells", func(w http.ResponseWriter, r *http.Request) {
 		var req api.RunCell
@@ -189,13 +229,13 @@ func serveMinimalHandler(b *testing.B) *client.Client {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		res, err := s.Execute(r.Context(), req.Code, nil)
+		c, err := run(r.Context(), req.Code)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(api.CellReply{State: "settled", Job: "j1", Cell: &api.Cell{ID: res.ID, Status: res.Status, Result: res.Result}})
+		_ = json.NewEncoder(w).Encode(api.CellReply{State: "settled", Job: "j1", Cell: c})
 	})
 	sock := filepath.Join(b.TempDir(), "s.sock")
 	l, err := net.Listen("unix", sock)
@@ -212,20 +252,70 @@ func serveMinimalHandler(b *testing.B) *client.Client {
 	return c
 }
 
+// startDetachedSession starts a session in this process on the kind of kernel the
+// daemon gives a local session: assembled by a launch Kit with a run directory, so the
+// kernel is detached and reached over its link (kernel.sock), not over stdio pipes as
+// startSession's. It is closed at cleanup.
+func startDetachedSession(b *testing.B) *controller.Session {
+	b.Helper()
+	bundle, err := images.Stub()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "kb") // short: the run directory holds a socket
+	if err != nil {
+		b.Fatal(err)
+	}
+	kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(dir)})
+	parts, err := kit.Assemble(context.Background(), nil, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := controller.Start(context.Background(), parts.Apply(controller.Options{Bundle: bundle.Hash(), StateDir: filepath.Join(dir, "state")}))
+	if err != nil {
+		parts.Release()
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		s.Close(context.Background())
+		parts.Release()
+		kit.Close()
+		os.RemoveAll(dir)
+	})
+	return s
+}
+
 // BenchmarkCellAPIOverMinimalHandler is issue 20's re-based target for the API's cell
 // latency: kennel's API (BenchmarkCellThroughAPI) beside the bare net/http handler over
-// Session.Execute (BenchmarkCellThroughMinimalHandler), the same client, interleaved one
-// cell each per iteration (their order alternating), so that a change in the machine's
-// load hits both. It reports each one's median and p99 and api/handler, the ratio of the
-// medians (the target: at most 1.1).
+// Session.Execute (BenchmarkCellThroughMinimalHandler), the same client; api/handler is
+// the ratio of their medians (the target: at most 1.1).
+//
+// The daemon's cell differs from the bare handler's in more than its request path, so
+// two more bare handlers, the same client, split the ratio: "detached" runs Execute on
+// the kind of kernel the daemon runs (a detached local kernel reached over its link,
+// where the first handler's is an attached one over stdio pipes), "runcell" makes the
+// daemon's call on such a kernel (Session.RunCell: the cell tracked as a job, under the
+// API's budget). So api/runcell is the daemon's request path alone, runcell/detached the
+// job tracking, detached/handler the detached kernel. The four are interleaved, one cell
+// each per iteration, the order rotating, so that a change in the machine's load hits
+// them all.
 func BenchmarkCellAPIOverMinimalHandler(b *testing.B) {
 	r := serve(b, daemon.Options{})
 	s := r.newSession(b)
 	h := serveMinimalHandler(b)
+	det := serveBareHandler(b, executeCell(startDetachedSession(b)))
+	rc := serveBareHandler(b, runCell(startDetachedSession(b)))
 	ctx := context.Background()
 	req := api.RunCell{Code: "x = 1\nx"}
-	interleave(b, "api", wallTimed(func() error { return runCellOne(ctx, r.c, s.ID, req) }),
-		"handler", wallTimed(func() error { return runCellOne(ctx, h, "s", req) }))
+	m := interleaveN(b, []arm{
+		{"api", wallTimed(func() error { return runCellOne(ctx, r.c, s.ID, req) })},
+		{"handler", wallTimed(func() error { return runCellOne(ctx, h, "s", req) })},
+		{"detached", wallTimed(func() error { return runCellOne(ctx, det, "s", req) })},
+		{"runcell", wallTimed(func() error { return runCellOne(ctx, rc, "s", req) })},
+	})
+	for _, q := range [][2]string{{"api", "handler"}, {"api", "runcell"}, {"runcell", "detached"}, {"detached", "handler"}} {
+		b.ReportMetric(float64(m[q[0]])/float64(m[q[1]]), q[0]+"/"+q[1])
+	}
 }
 
 // timedRun runs one cell and returns how long it took.
@@ -245,42 +335,53 @@ func wallTimed(run func() error) timedRun {
 // median and p99 and an/bn, the ratio of their medians. An error of any run fails tb.
 func interleave(tb *testing.B, an string, a timedRun, bn string, b timedRun) {
 	tb.Helper()
+	m := interleaveN(tb, []arm{{an, a}, {bn, b}})
+	tb.ReportMetric(float64(m[an])/float64(m[bn]), an+"/"+bn)
+}
+
+// arm is one of the runs interleaveN compares.
+type arm struct {
+	name string
+	run  timedRun
+}
+
+// interleaveN runs each arm 20 times to warm up, then tb.N times each, one of each per
+// iteration, the first of them rotating; it reports each one's median and p99 and
+// returns the medians by name. An error of any run fails tb.
+func interleaveN(tb *testing.B, arms []arm) map[string]time.Duration {
+	tb.Helper()
 	for range 20 {
-		if _, err := a(); err != nil {
-			tb.Fatal(err)
-		}
-		if _, err := b(); err != nil {
-			tb.Fatal(err)
+		for _, a := range arms {
+			if _, err := a.run(); err != nil {
+				tb.Fatal(err)
+			}
 		}
 	}
-	la := make([]time.Duration, 0, tb.N)
-	lb := make([]time.Duration, 0, tb.N)
-	timed := func(run timedRun, lat *[]time.Duration) {
-		d, err := run()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		*lat = append(*lat, d)
+	lat := make([][]time.Duration, len(arms))
+	for k := range lat {
+		lat[k] = make([]time.Duration, 0, tb.N)
 	}
 	tb.ResetTimer()
 	for i := range tb.N {
-		if i%2 == 0 {
-			timed(a, &la)
-			timed(b, &lb)
-		} else {
-			timed(b, &lb)
-			timed(a, &la)
+		for j := range arms {
+			k := (i + j) % len(arms)
+			d, err := arms[k].run()
+			if err != nil {
+				tb.Fatal(err)
+			}
+			lat[k] = append(lat[k], d)
 		}
 	}
 	tb.StopTimer()
-	slices.Sort(la)
-	slices.Sort(lb)
-	ma, mb := la[len(la)/2], lb[len(lb)/2]
-	tb.ReportMetric(float64(ma.Microseconds()), an+"-p50-µs")
-	tb.ReportMetric(float64(la[len(la)*99/100].Microseconds()), an+"-p99-µs")
-	tb.ReportMetric(float64(mb.Microseconds()), bn+"-p50-µs")
-	tb.ReportMetric(float64(lb[len(lb)*99/100].Microseconds()), bn+"-p99-µs")
-	tb.ReportMetric(float64(ma)/float64(mb), an+"/"+bn)
+	medians := make(map[string]time.Duration, len(arms))
+	for k, a := range arms {
+		l := lat[k]
+		slices.Sort(l)
+		medians[a.name] = l[len(l)/2]
+		tb.ReportMetric(float64(l[len(l)/2].Microseconds()), a.name+"-p50-µs")
+		tb.ReportMetric(float64(l[len(l)*99/100].Microseconds()), a.name+"-p99-µs")
+	}
+	return medians
 }
 
 // BenchmarkCellThroughGoAPI is the baseline: the same cell through

@@ -56,21 +56,42 @@ func (s *Server) handleOpenAPI(w http.ResponseWriter, r *http.Request) {
 //   - a path whose routes do not take the method is 405 method_not_allowed, with Allow
 //     listing the methods they take. A route takes only its own method: HEAD is not
 //     served where GET is.
+//
+// A request a route takes is matched once: each route's handler is registered behind a
+// check of its own method (ServeMux gives a GET route HEAD requests too), and a pattern
+// of every method on "/", the least specific, takes what no route does. Only such a miss
+// looks further, on a second ServeMux of the routes alone, for the methods the path's
+// routes take.
 type router struct {
-	mux     *http.ServeMux
-	methods []string // the route table's methods, sorted, without repeats
+	mux     *http.ServeMux // the routes behind their method checks, and the miss handler on "/"
+	probe   *http.ServeMux // the routes alone: which routes take a missed path
+	methods []string       // the route table's methods, sorted, without repeats
 }
 
 // newRouter registers rs on a new ServeMux.
 func newRouter(rs []route) *router {
-	rt := &router{mux: http.NewServeMux()}
+	rt := &router{mux: http.NewServeMux(), probe: http.NewServeMux()}
 	for _, r := range rs {
-		rt.mux.HandleFunc(r.method+" "+r.pattern, r.handler)
+		pattern := r.method + " " + r.pattern
+		rt.probe.HandleFunc(pattern, r.handler)
+		rt.mux.HandleFunc(pattern, routeOf(r.method, r.handler, rt.miss))
 		rt.methods = append(rt.methods, r.method)
 	}
+	rt.mux.HandleFunc("/", rt.miss)
 	slices.Sort(rt.methods)
 	rt.methods = slices.Compact(rt.methods)
 	return rt
+}
+
+// routeOf is h behind a check that the request's method is method (otherwise miss).
+func routeOf(method string, h, miss http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			miss(w, r)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -78,10 +99,12 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Status: http.StatusNotFound, Code: api.CodeNoRoute, Message: fmt.Sprintf("no route for %s %q: the path is not in canonical form", r.Method, p)})
 		return
 	}
-	if rt.takes(r, r.Method) {
-		rt.mux.ServeHTTP(w, r)
-		return
-	}
+	rt.mux.ServeHTTP(w, r)
+}
+
+// miss answers a canonical request no route takes: 405 with Allow when routes of other
+// methods take its path, else 404.
+func (rt *router) miss(w http.ResponseWriter, r *http.Request) {
 	var allow []string
 	for _, m := range rt.methods {
 		if rt.takes(r, m) {
@@ -96,8 +119,8 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeError(w, &api.Error{Status: http.StatusMethodNotAllowed, Code: api.CodeMethodNotAllowed, Message: fmt.Sprintf("no route for %s %s: its routes take %s", r.Method, r.URL.EscapedPath(), strings.Join(allow, ", "))})
 }
 
-// takes reports whether a route of method takes r's path: ServeMux matches it to a
-// pattern of that very method (it matches HEAD to a GET pattern too).
+// takes reports whether a route of method takes r's path: the routes' ServeMux matches
+// it to a pattern of that very method (it matches HEAD to a GET pattern too).
 func (rt *router) takes(r *http.Request, method string) bool {
 	if method != r.Method {
 		probe := new(http.Request)
@@ -105,7 +128,7 @@ func (rt *router) takes(r *http.Request, method string) bool {
 		probe.Method = method
 		r = probe
 	}
-	_, pattern := rt.mux.Handler(r)
+	_, pattern := rt.probe.Handler(r)
 	m, _, ok := strings.Cut(pattern, " ")
 	return ok && m == method
 }

@@ -473,19 +473,28 @@ func (s *Server) detachSession(ctx context.Context, e *entry) bool {
 func bodyDeadline(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, d: d}
+			// The server's own writer sets deadlines itself; any other (a wrapper) is
+			// reached through a ResponseController, which unwraps it.
+			rd, ok := w.(readDeadliner)
+			if !ok {
+				rd = http.NewResponseController(w)
+			}
+			if rd.SetReadDeadline(time.Now().Add(d)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rd: rd, d: d}
 			}
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
+// readDeadliner sets the read deadline of a request's connection (net/http's
+// ResponseWriter, http.ResponseController).
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
 // deadlineBody is a request body read under a deadline of d.
 type deadlineBody struct {
 	io.ReadCloser
-	rc     *http.ResponseController
+	rd     readDeadliner
 	d      time.Duration
 	lifted bool
 }
@@ -498,7 +507,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		err = fmt.Errorf("not received within %v: %w", b.d, err)
 	case errors.Is(err, io.EOF) && !b.lifted:
 		b.lifted = true
-		_ = b.rc.SetReadDeadline(time.Time{})
+		_ = b.rd.SetReadDeadline(time.Time{})
 	}
 	return n, err
 }
