@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kennel-dev/kennel/transports"
@@ -36,6 +37,10 @@ var _ transports.Kernel = (*Kernel)(nil)
 
 // sigkillCode is the exit status an exec reports for a process ended by SIGKILL: 128+9.
 const sigkillCode = 128 + 9
+
+// oomCheckTimeout bounds the whole of oomKilled: a read of the pod, the probe's exec (at
+// most 10 s) and the wait for the container's end (oomStatusWait).
+const oomCheckTimeout = 20 * time.Second
 
 func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 	k := &Kernel{
@@ -70,7 +75,9 @@ func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 				err = fmt.Errorf("exec stream of kernel %s: %w", k.info.ID, err)
 			}
 			if code == sigkillCode && !k.stopped {
-				exit.OOM = k.oomKilled()
+				ctx, cancel := context.WithTimeout(context.Background(), oomCheckTimeout)
+				exit.OOM = k.oomKilled(ctx)
+				cancel()
 			}
 			return exit, err
 		},
@@ -95,31 +102,93 @@ func (k *Kernel) deletePod(grace int64) {
 	_ = k.t.deletePod(ctx, k.pod, grace)
 }
 
-// oomKilled reports whether the pod's memory limit killed a process of its container:
-// the container ended OOMKilled (its main process was the victim, or the runtime kills
-// the whole container on an OOM), or its memory cgroup counts an OOM kill (read by an exec
-// of the image's python: /sys/fs/cgroup/memory.events, or memory.oom_control under cgroup
-// v1).
-func (k *Kernel) oomKilled() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if p, err := k.t.pods().Get(ctx, k.pod, metav1.GetOptions{}); err == nil {
-		for _, cs := range p.Status.ContainerStatuses {
-			if x := cs.State.Terminated; cs.Name == Container && x != nil && x.Reason == "OOMKilled" {
-				return true
-			}
+// oomStatusWait bounds how long oomKilled waits for the kubelet to report the end of a
+// container it can no longer ask (see oomKilled). A variable for tests.
+var oomStatusWait = 5 * time.Second
+
+// oomKilled reports whether the pod's memory limit killed a process of its container. It
+// is asked only when the kernel ended by SIGKILL (137) before Kill deleted its pod, and
+// answers from the first of:
+//
+//   - the container's terminated state, when the pod's status has it: OOMKilled (its main
+//     process was the victim, or the runtime kills the whole container on an OOM);
+//   - the count of OOM kills of its memory cgroup, when the container still runs: read by
+//     an exec of the image's python (/sys/fs/cgroup/memory.events, or memory.oom_control
+//     under cgroup v1);
+//   - else the container is ending and cannot be asked (an OOM that took its main process
+//     or the whole container ends it at once), and the kubelet reports that end only after
+//     its next look at the runtime (about a second, more on a loaded node): oomKilled
+//     watches the pod for the container's terminated state, up to oomStatusWait, and
+//     answers OOMKilled or not. A pod deleted meanwhile, or no state within the bound, is
+//     no OOM.
+//
+// So an ordinary end by SIGKILL (a cell that kills its own kernel) costs one read of the
+// pod and one exec, and only an end the container did not survive waits for the kubelet.
+// ctx bounds it all.
+func (k *Kernel) oomKilled(ctx context.Context) bool {
+	p, err := k.t.pods().Get(ctx, k.pod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false // deleted by another than Kill: no state to read
+	case err != nil:
+		p = nil // the watch below reads it again
+	default:
+		if ended, oom := containerEnded(p); ended {
+			return oom
 		}
 	}
+	if n, ok := k.probeOOM(ctx); ok {
+		return n > 0
+	}
+	wctx, cancel := context.WithTimeout(ctx, oomStatusWait)
+	defer cancel()
+	oom := false
+	_ = k.t.watchPod(wctx, k.pod, p, func(p *corev1.Pod) (bool, error) {
+		if p == nil {
+			return true, nil
+		}
+		ended, o := containerEnded(p)
+		oom = o
+		return ended, nil
+	})
+	return oom
+}
+
+// containerEnded reads pod p's status: whether its kernel container has ended (or the pod
+// has), and whether it ended OOMKilled.
+func containerEnded(p *corev1.Pod) (ended, oom bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if x := cs.State.Terminated; cs.Name == Container && x != nil {
+			return true, x.Reason == "OOMKilled"
+		}
+	}
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return true, false
+	}
+	return false, false
+}
+
+// probeOOM runs oomProbe in the kernel's container: the OOM kills its memory cgroup
+// counts (-1: it cannot tell), and whether it answered at all (a container that has ended
+// or is ending cannot run it).
+func (k *Kernel) probeOOM(ctx context.Context) (int, bool) {
 	s, err := k.t.cli.startExec(k.t.ns, k.pod, []string{"python3", "-I", "-S", "-c", oomProbe}, nil)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer s.Close()
 	_ = s.CloseWrite()
-	_ = s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	dl := time.Now().Add(10 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = s.SetReadDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = s.SetReadDeadline(time.Now()) })
+	defer stop()
 	out, _ := io.ReadAll(io.LimitReader(s, 64))
 	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	return err == nil && n > 0
+	return n, err == nil
 }
 
 // oomProbe prints the OOM kills its memory cgroup counts (-1 when it cannot tell).
@@ -154,7 +223,10 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // ended without one (the connection to the API server broke: the kernel read EOF and
 // ended). Exit.OOM reports that the memory limit ended the kernel itself: it ended by
 // SIGKILL (137) before Kill deleted its pod, and the container was OOMKilled or its memory
-// cgroup counts an OOM kill (a cell's child killed by the limit earlier counts too).
+// cgroup counts an OOM kill (a cell's child killed by the limit earlier counts too). When
+// that end took the container with it (its status not yet showing, its cgroup no longer
+// readable), Wait first waits up to 5 s for the kubelet to report the container's end
+// (see oomKilled); other ends never wait for it.
 // Exit.Killed reports that Kill ran before the end. Later calls return the same.
 func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 
