@@ -192,9 +192,10 @@ func (c *Client) StreamCell(ctx context.Context, id string, req api.RunCell, onE
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	var dec eventDecoder // stream events in one pass (events.go)
 	for sc.Scan() {
 		var ev api.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		if err := dec.decode(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("POST %s: bad event: %w", path, err)
 		}
 		switch ev.Type {

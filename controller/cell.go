@@ -21,6 +21,19 @@ type Sink interface {
 	Display(data json.RawMessage)
 }
 
+// TextSink is a Sink that takes a stream's text as bytes, and in its JSON form when the
+// kernel's frame had it, so a sink that keeps bytes or writes JSON copies it once and
+// escapes nothing. A cell's output goes to StreamText instead of Stream when its sink
+// has it.
+type TextSink interface {
+	Sink
+	// StreamText receives text the cell wrote to stdout or stderr (name is
+	// "stdout"/"stderr"). quoted, when not nil, is text as a JSON string literal, quotes
+	// included, printable ASCII, that decodes to exactly text. Both are valid only
+	// during the call.
+	StreamText(name string, text, quoted []byte)
+}
+
 // WriterSink writes streams to Stdout and Stderr (nil drops them) and displays as a
 // line of JSON to Stdout.
 type WriterSink struct {
@@ -35,6 +48,17 @@ func (w WriterSink) Stream(name, text string) {
 	}
 	if out != nil {
 		_, _ = io.WriteString(out, text)
+	}
+}
+
+// StreamText writes text to the writer of its stream, as Stream does, without a copy.
+func (w WriterSink) StreamText(name string, text, _ []byte) {
+	out := w.Stdout
+	if name == protocol.StreamStderr {
+		out = w.Stderr
+	}
+	if out != nil {
+		_, _ = out.Write(text)
 	}
 }
 
@@ -92,6 +116,18 @@ type cellRun struct {
 func (c *cellRun) stream(name, text string) {
 	if c.sink != nil {
 		c.sink.Stream(name, text)
+	}
+}
+
+// streamText is stream for a decoded frame (protocol.StreamDecoder): to the sink's
+// StreamText when it has one.
+func (c *cellRun) streamText(st protocol.StreamText) {
+	switch sink := c.sink.(type) {
+	case nil:
+	case TextSink:
+		sink.StreamText(st.Name, st.Text, st.Quoted)
+	default:
+		sink.Stream(st.Name, string(st.Text))
 	}
 }
 

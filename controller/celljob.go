@@ -131,6 +131,19 @@ func (c cellJobSink) Stream(name, text string) {
 	}
 }
 
+// StreamText writes text to the job, then to the caller's sink: as bytes (with their
+// JSON form) when it takes them, else as Stream does.
+func (c cellJobSink) StreamText(name string, text, quoted []byte) {
+	_ = c.job.Output(text)
+	switch next := c.next.(type) {
+	case nil:
+	case TextSink:
+		next.StreamText(name, text, quoted)
+	default:
+		next.Stream(name, string(text))
+	}
+}
+
 func (c cellJobSink) Display(data json.RawMessage) {
 	WriterSink{Stdout: jobWriter{c.job}}.Display(data)
 	if c.next != nil {

@@ -59,6 +59,9 @@ type kernelConn struct {
 	done      chan struct{}
 
 	helloCh chan protocol.Hello
+
+	// streams decodes stream frames on the reader goroutine (onStream).
+	streams protocol.StreamDecoder
 }
 
 // maxRequestBytesInFlight bounds the line bytes of accepted host requests being served at
@@ -485,6 +488,9 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 	case protocol.EventJobStart, protocol.EventJobOutput, protocol.EventJobEnd:
 		kc.onJobFrame(f)
 		return
+	case protocol.EventStream:
+		kc.onStream(f)
+		return
 	}
 	ev, err := protocol.DecodeEvent(f.Line)
 	if err != nil {
@@ -505,14 +511,6 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		kc.hello = e
 		kc.ready.Store(true)
 		kc.helloCh <- e
-	case protocol.Stream:
-		if c := kc.cell(e.ID); c != nil {
-			c.stream(e.Name, e.Text)
-		} else if r := kc.call(e.ID); r != nil {
-			r.stream(e.Text)
-		} else if e.Text != "" {
-			kc.s.log.Info("kernel output", "stream", e.Name, "text", truncateForLog(e.Text))
-		}
 	case protocol.Display:
 		if c := kc.cell(e.ID); c != nil {
 			c.display(e.Data)
@@ -531,6 +529,23 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		}
 	case protocol.Log:
 		kc.s.log.Log(context.Background(), logLevel(e.Level), "kernel: "+e.Message)
+	}
+}
+
+// onStream routes a stream frame to its cell (or call), decoded in one pass when it is in
+// the stub's own layout (protocol.StreamDecoder): the hot path of a cell's output.
+func (kc *kernelConn) onStream(f gate.Frame) {
+	st, err := kc.streams.Decode(f.Line, f.ID)
+	if err != nil {
+		kc.s.log.Warn("undecodable kernel event dropped", "event", f.Event, "id", f.ID, "err", err)
+		return
+	}
+	if c := kc.cell(f.ID); c != nil {
+		c.streamText(st)
+	} else if r := kc.call(f.ID); r != nil {
+		r.stream(string(st.Text))
+	} else if len(st.Text) > 0 {
+		kc.s.log.Info("kernel output", "stream", st.Name, "text", truncateForLog(string(st.Text[:min(len(st.Text), 513)])))
 	}
 }
 

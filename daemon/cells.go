@@ -120,7 +120,13 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	flush := func() {
 		for _, ev := range sink.drain() {
-			if enc.Encode(ev) != nil {
+			var err error
+			if ev.line != nil {
+				_, err = w.Write(ev.line)
+			} else {
+				err = enc.Encode(ev.Event)
+			}
+			if err != nil {
 				return // the client is gone; the request's context ends the cell's wait
 			}
 		}
@@ -217,20 +223,27 @@ func toOutput(r output.Result) api.Output {
 }
 
 // queueSink queues a cell's output for the streaming reply. The session's reader
-// goroutine calls Stream and Display, so they never block: past maxQueued bytes waiting,
-// output is only counted, and the stream says how much it dropped.
+// goroutine calls Stream, StreamText and Display, so they never block: past maxQueued
+// bytes waiting, output is only counted, and the stream says how much it dropped.
 type queueSink struct {
 	ready chan struct{}
 
 	mu      sync.Mutex
-	events  []api.Event
+	events  []queuedEvent
 	queued  int
 	dropped int64
 }
 
+// queuedEvent is one event of the stream: Event, or, when line is set, the event already
+// encoded as its NDJSON line (a stream event made from the kernel's own JSON text).
+type queuedEvent struct {
+	api.Event
+	line []byte
+}
+
 func newQueueSink() *queueSink { return &queueSink{ready: make(chan struct{}, 1)} }
 
-func (q *queueSink) push(ev api.Event, n int) {
+func (q *queueSink) push(ev queuedEvent, n int) {
 	q.mu.Lock()
 	if q.queued+n > maxQueued {
 		q.dropped += int64(n)
@@ -247,22 +260,45 @@ func (q *queueSink) push(ev api.Event, n int) {
 
 // Stream queues text a cell wrote.
 func (q *queueSink) Stream(name, text string) {
-	q.push(api.Event{Type: "stream", Name: name, Text: text}, len(text))
+	q.push(queuedEvent{Event: api.Event{Type: "stream", Name: name, Text: text}}, len(text))
 }
+
+// StreamText queues text a cell wrote, as the line encoding/json would make of its
+// stream event, with the kernel's JSON form of the text in it when the frame had one
+// (nothing escaped again: the hot path of a cell's output).
+func (q *queueSink) StreamText(name string, text, quoted []byte) {
+	if len(text) == 0 || quoted == nil || (name != protocol.StreamStdout && name != protocol.StreamStderr) {
+		q.Stream(name, string(text))
+		return
+	}
+	line := make([]byte, 0, len(streamEventHead)+len(name)+len(streamEventText)+len(quoted)+2)
+	line = append(line, streamEventHead...)
+	line = append(line, name...)
+	line = append(line, streamEventText...)
+	line = append(line, quoted...)
+	line = append(line, '}', '\n')
+	q.push(queuedEvent{line: line}, len(text))
+}
+
+// The stream event's line: {"type":"stream","name":NAME,"text":QUOTED}.
+const (
+	streamEventHead = `{"type":"stream","name":"`
+	streamEventText = `","text":`
+)
 
 // Display queues a rich value a cell displayed.
 func (q *queueSink) Display(data json.RawMessage) {
-	q.push(api.Event{Type: "display", Data: append(json.RawMessage(nil), data...)}, len(data))
+	q.push(queuedEvent{Event: api.Event{Type: "display", Data: append(json.RawMessage(nil), data...)}}, len(data))
 }
 
 // drain takes the queued events, then a "dropped" event when output was dropped after
 // them (the queue was full).
-func (q *queueSink) drain() []api.Event {
+func (q *queueSink) drain() []queuedEvent {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	evs := q.events
 	if q.dropped > 0 {
-		evs = append(evs, api.Event{Type: "dropped", Bytes: q.dropped})
+		evs = append(evs, queuedEvent{Event: api.Event{Type: "dropped", Bytes: q.dropped}})
 		q.dropped = 0
 	}
 	q.events, q.queued = nil, 0

@@ -64,3 +64,16 @@ func FuzzFastJobOutput(f *testing.F) {
 		checkSameAsDecodeJobOutput(t, line, id)
 	})
 }
+
+// FuzzFastStream holds the fast stream decoder (StreamDecoder's path for the stub's own
+// layout) to DecodeStream on any line and id.
+func FuzzFastStream(f *testing.F) {
+	f.Add(stubStream("c1", "stdout", "hello\n"), "c1")
+	f.Add(stubStream("c7", "stderr", "\x00é中\U0001f600\"\\/"), "c7")
+	f.Add(stubStream("", "stdout", ""), "")
+	f.Add([]byte(`{"event":"stream","id":"c1","name":"stdout","text":"\ud800\udc00\ud800x\u00e9"}`), "c1")
+	f.Add([]byte(`{"event":"stream","id":"c1","name":"stdout","text":"a\"b"}`), "c1")
+	f.Fuzz(func(t *testing.T, line []byte, id string) {
+		checkSameAsDecodeStream(t, line, id)
+	})
+}

@@ -153,10 +153,12 @@ class StreamWriter(io.TextIOBase):
         self._kernel.writer.flush()
 
     def write(self, text):
-        if not isinstance(text, str):
+        if type(text) is not str and not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
         if text:
-            self._kernel.emit_stream(self._name, text, owner.get() or self._kernel.running)
+            kernel = self._kernel
+            # Kernel.emit_stream, inlined: this is every print's path.
+            kernel.writer.stream(owner.get() or kernel.running or "", self._name, text)
         return len(text)
 
 

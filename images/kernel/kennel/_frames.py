@@ -11,12 +11,17 @@ import os
 import threading
 import time
 
+get_ident = threading.get_ident
+
 # Limits of docs/protocol.md.
 LINE_LIMIT = 32 << 20
 PAYLOAD_LIMIT = 16 << 20
 # Stream text is cut into frames of at most this many characters (at most 12 bytes each
-# once escaped), so a stream frame stays far below LINE_LIMIT.
-STREAM_CHUNK = 512 << 10
+# once escaped), so a stream frame stays far below LINE_LIMIT. Kept small: a frame's
+# buffers (the text joined, escaped, encoded, enveloped) then stay below malloc's mmap
+# threshold and are reused, where larger ones are fresh pages each time (page faults cost
+# more than the copies themselves; measured: half the stub's time for 512 Ki).
+STREAM_CHUNK = 60 << 10  # its frame (ASCII text) also fits the host link's 64 KiB read buffer
 
 _encode_any = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode
 _encode_str = json.encoder.encode_basestring_ascii
@@ -58,7 +63,9 @@ def encode(event, frame_id, fields=()):
         parts.append('":')
         parts.append(_encode_value(value))
     parts.append("}\n")
-    return "".join(parts).encode("ascii")
+    # ASCII text (every value is encoded with ensure_ascii): its UTF-8 is the same bytes,
+    # and encoding it is one copy, where the ASCII codec checks every character.
+    return "".join(parts).encode("utf-8")
 
 
 def encode_done_ok(frame_id, result):
@@ -68,7 +75,16 @@ def encode_done_ok(frame_id, result):
     return (
         '{"event":"done","id":%s,"status":"ok","result":%s,"error":null}\n'
         % (_encode_str(frame_id), "null" if result is None else _encode_str(result))
-    ).encode("ascii")
+    ).encode("utf-8")
+
+
+def encode_stream(owner, name, text):
+    """encode("stream", owner, name, text), faster: the text is escaped once and copied
+    once more."""
+    return "".join(
+        ('{"event":"stream","id":', _encode_value(owner), ',"name":', _encode_value(name),
+         ',"text":', _encode_str(text), "}\n")
+    ).encode("utf-8")
 
 
 def _write_all(fd, data):
@@ -79,10 +95,10 @@ def _write_all(fd, data):
 
 
 # Stream text is coalesced: consecutive writes of the same stream of the same owner are
-# held and sent as one frame once COALESCE_CHARS are pending, COALESCE_DELAY seconds after
-# the first, before any other frame (a done, a display, a host request: the order of
-# everything an owner sends is kept), or at flush.
-COALESCE_CHARS = STREAM_CHUNK
+# held and sent as one frame of at most STREAM_CHUNK characters (a write that would take
+# the text pending past it sends that first), COALESCE_DELAY seconds after the first,
+# before any other frame (a done, a display, a host request: the order of everything an
+# owner sends is kept), or at flush.
 COALESCE_DELAY = 0.002
 
 
@@ -94,7 +110,7 @@ class Writer:
     socket and never fails. Safe for concurrent use by any thread. Once a write fails
     (the host is gone), every later write is dropped and reports False.
 
-    Stream text (``stream``) is coalesced (see COALESCE_CHARS): the frames on the channel
+    Stream text (``stream``) is coalesced (see COALESCE_DELAY): the frames on the channel
     carry the same text in the same order as if each write had been its own frame, cut
     at other boundaries.
     """
@@ -112,6 +128,7 @@ class Writer:
         self._pend_name = None
         self._pend_since = 0.0
         self._flusher = None
+        self._flusher_idle = False  # the flusher waits for a batch to start (under the lock)
 
     def _raw(self, data):
         """Under the lock: put ``data`` on the channel; False once it is broken."""
@@ -135,10 +152,12 @@ class Writer:
         self._pend = []
         self._pend_size = 0
         owner, name = self._pend_owner, self._pend_name
+        if len(text) <= STREAM_CHUNK:
+            return self._raw(encode_stream(owner, name, text))
         ok = True
         step = STREAM_CHUNK
         for i in range(0, len(text), step):
-            ok = self._raw(encode("stream", owner, (("name", name), ("text", text[i : i + step])))) and ok
+            ok = self._raw(encode_stream(owner, name, text[i : i + step])) and ok
         return ok
 
     def _enter(self):
@@ -171,28 +190,49 @@ class Writer:
     def stream(self, owner, name, text):
         """Send ``text`` (a non-empty str) as output ``name`` of ``owner`` (a frame id, ""
         for none), coalesced with the writes before and after it; False when the channel
-        is broken."""
-        on_main = self._enter()
+        is broken.
+
+        The hot path of every print: _enter and _leave are inlined, and a write that
+        joins the text pending costs an append."""
+        kernel = self._kernel
+        on_main = get_ident() == kernel.main_ident
+        if on_main:
+            kernel.critical += 1
+        lock = self._lock
+        lock.acquire()
         try:
-            with self._lock:
-                if self._broken:
-                    return False
-                if self._pend and (self._pend_owner != owner or self._pend_name != name):
-                    self._flush_locked()
-                if not self._pend:
-                    self._pend_owner, self._pend_name = owner, name
-                    self._pend_since = time.monotonic()
-                    if self._flusher is None:
-                        self._flusher = threading.Thread(target=self._flush_loop, name="kennel-flush", daemon=True)
-                        self._flusher.start()
-                    self._cond.notify()
-                self._pend.append(text)
-                self._pend_size += len(text)
-                if self._pend_size >= COALESCE_CHARS:
-                    return self._flush_locked()
-                return True
+            pend = self._pend
+            if pend:
+                if self._pend_owner == owner and self._pend_name == name and not self._broken:
+                    size = self._pend_size + len(text)
+                    if size <= STREAM_CHUNK:
+                        pend.append(text)
+                        self._pend_size = size
+                        return True
+                # Another owner or stream, or a full frame: what is pending goes first.
+                self._flush_locked()
+            if self._broken:
+                return False
+            self._pend_owner, self._pend_name = owner, name
+            self._pend_since = time.monotonic()
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="kennel-flush", daemon=True)
+                self._flusher.start()
+            elif self._flusher_idle:
+                self._cond.notify()
+            self._pend.append(text)
+            self._pend_size += len(text)
+            if self._pend_size >= STREAM_CHUNK:
+                return self._flush_locked()
+            return True
         finally:
-            self._leave(on_main)
+            lock.release()
+            if on_main:
+                kernel.critical -= 1
+                if not kernel.critical and kernel.pending_interrupt:
+                    kernel.pending_interrupt = False
+                    if kernel.current() is not None:
+                        raise KeyboardInterrupt
 
     def flush(self):
         """Send the pending stream text now."""
@@ -204,10 +244,15 @@ class Writer:
             self._leave(on_main)
 
     def _flush_loop(self):
+        # Woken (notify) only from idle: a batch that starts while the flusher waits for
+        # an earlier one's due time is found when that wait ends, so steady output costs
+        # one wake-up per COALESCE_DELAY at most, not one per frame.
         with self._cond:
             while True:
                 while not self._pend:
+                    self._flusher_idle = True
                     self._cond.wait()
+                self._flusher_idle = False
                 due = self._pend_since + COALESCE_DELAY
                 now = time.monotonic()
                 if now < due:
