@@ -16,6 +16,7 @@ import (
 	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/launch"
+	"github.com/kennel-dev/kennel/transports/containerd/containerdtest"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
 
@@ -113,4 +114,48 @@ func TestADaemonHandsOutPooledDockerKernels(t *testing.T) {
 // pyStr is s as a Python string literal.
 func pyStr(s string) string {
 	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'"
+}
+
+// TestADaemonHandsOutPooledContainerdKernels: the same with a containerd pool of one on
+// the test's containerd: a session of the default containerd description there gets the
+// pool's kernel ("pool": "hit") working in its own directory; /metrics counts it.
+func TestADaemonHandsOutPooledContainerdKernels(t *testing.T) {
+	d := containerdtest.Own(t)
+	state := t.TempDir()
+	kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{Containerd: 1, ContainerdAddress: d.Address}})
+	t.Cleanup(func() { _ = kit.Close() })
+	r := serve(t, daemon.Options{StateDir: state, Kit: kit})
+	ctx := context.Background()
+	deadline := time.Now().Add(60 * time.Second)
+	for st := kit.PoolStats(); len(st) != 1 || st[0].Ready != 1; st = kit.PoolStats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not fill: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mine.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.c.CreateSession(ctx, api.CreateSession{Cwd: dir, Transport: &api.Transport{Containerd: &api.Containerd{Address: d.Address}}}, kclient.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool != "hit" {
+		t.Fatalf("a session of the pool's description: pool %q, want hit", s.Pool)
+	}
+	res, err := r.c.RunCell(ctx, s.ID, api.RunCell{Code: "import os; print(open('mine.txt').read(), os.getcwd() == " + pyStr(dir) + ")"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(res.Output.Text); got != "mine True" {
+		t.Fatalf("the pooled kernel in its session's directory printed %q", got)
+	}
+	m, err := r.c.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `kennel_pool_hits_total{transport="containerd"} 1`; !strings.Contains(m, want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
 }

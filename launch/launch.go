@@ -85,9 +85,12 @@ type Kit struct {
 	// once (kubeSwept).
 	kube      map[kubeKey]*kubernetes.Client
 	kubeSwept map[string]bool
-	// dockerPool is the warm pool of Docker kernels (StartPools), or nil.
-	dockerPool *docker.Pool
-	closed     bool
+	// dockerPool and ctrdPool are the warm pools (StartPools), or nil; ctrdPool keeps
+	// kernels of the containerd at ctrdPoolAddr.
+	dockerPool   *docker.Pool
+	ctrdPool     *containerd.Pool
+	ctrdPoolAddr string
+	closed       bool
 }
 
 // New returns a Kit that has started and connected nothing yet.
@@ -120,11 +123,15 @@ func (k *Kit) Close() error {
 	defer k.mu.Unlock()
 	k.closed = true
 	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if k.dockerPool != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		errs = append(errs, k.dockerPool.Close(ctx))
-		cancel()
 		k.dockerPool = nil
+	}
+	if k.ctrdPool != nil {
+		errs = append(errs, k.ctrdPool.Close(ctx))
+		k.ctrdPool = nil
 	}
 	if k.engine != nil {
 		errs = append(errs, k.engine.Close())
@@ -440,6 +447,16 @@ func (k *Kit) SweepDocker(ctx context.Context, held func(containerID string) boo
 	return docker.SweepEngine(ctx, o)
 }
 
+// ctrdAddress is a containerd address as the Kit keys its clients: no unix:// scheme,
+// empty as containerd.DefaultAddress.
+func ctrdAddress(addr string) string {
+	addr = strings.TrimPrefix(addr, "unix://")
+	if addr == "" {
+		addr = containerd.DefaultAddress
+	}
+	return addr
+}
+
 // DetachedOwner is the owner label of the detached containers of a state whose run
 // directory is runDir: a digest of its absolute path.
 func DetachedOwner(runDir string) string {
@@ -572,6 +589,7 @@ func (k *Kit) containerd(ctx context.Context, spec *sessionspec.Transport, dir s
 	if err != nil {
 		return err
 	}
+	o.Pool = k.ctrdPoolFor(ctrdAddress(addr))
 	tr, err := containerd.New(cli, o)
 	if err != nil {
 		return err
@@ -608,10 +626,7 @@ func orDefault(s, def string) string {
 // default), connecting and sweeping what controllers that are gone left there on first
 // use. Sessions on the same daemon share it.
 func (k *Kit) containerdClient(ctx context.Context, addr string) (*ctrdclient.Client, error) {
-	addr = strings.TrimPrefix(addr, "unix://")
-	if addr == "" {
-		addr = containerd.DefaultAddress
-	}
+	addr = ctrdAddress(addr)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {

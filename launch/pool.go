@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 
 	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
 )
 
@@ -18,6 +18,10 @@ type Pools struct {
 	// whose Docker description resolves to the same takes one (docker.Options.Pool).
 	// Needs a Kit with RunDir (detached kernels) and a root controller.
 	Docker int
+	// Containerd is the number of ready containerd kernels of the default description
+	// kept on the containerd at ContainerdAddress (empty: containerd.DefaultAddress).
+	Containerd        int
+	ContainerdAddress string
 }
 
 // PoolStat is one pool's figures, by transport kind.
@@ -31,47 +35,86 @@ type PoolStat struct {
 // the background. It fails, having started none, when one cannot be kept here (no
 // RunDir, no engine, no root); call it once, before the Kit's first session. logger gets
 // the pools' failures to start a kernel (nil discards them).
-func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) error {
-	n := k.opts.Pools.Docker
-	if n == 0 {
+func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
+	ps := k.opts.Pools
+	if ps.Docker == 0 && ps.Containerd == 0 {
 		return nil
 	}
 	if k.opts.RunDir == "" {
-		return fmt.Errorf("docker pool: a pool's kernels are detached: the Kit needs a RunDir")
+		return fmt.Errorf("pools: a pool's kernels are detached: the Kit needs a RunDir")
 	}
-	cli, err := k.engineClient(ctx)
-	if err != nil {
-		return fmt.Errorf("docker pool: %w", err)
+	var started []interface{ Close(context.Context) error }
+	defer func() {
+		if err != nil {
+			for _, p := range started {
+				_ = p.Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	var dp *docker.Pool
+	if ps.Docker > 0 {
+		cli, err := k.engineClient(ctx)
+		if err != nil {
+			return fmt.Errorf("docker pool: %w", err)
+		}
+		o, err := k.dockerOptions(&sessionspec.Docker{}, nil)
+		if err != nil {
+			return err
+		}
+		if dp, err = docker.NewPool(cli, docker.PoolOptions{Size: ps.Docker, Kernel: o, Logger: logger}); err != nil {
+			return err
+		}
+		started = append(started, dp)
 	}
-	o, err := k.dockerOptions(&sessionspec.Docker{}, nil)
-	if err != nil {
-		return err
-	}
-	p, err := docker.NewPool(cli, docker.PoolOptions{Size: n, Kernel: o, Logger: logger})
-	if err != nil {
-		return err
+	var cp *containerd.Pool
+	addr := ctrdAddress(ps.ContainerdAddress)
+	if ps.Containerd > 0 {
+		cli, err := k.containerdClient(ctx, addr)
+		if err != nil {
+			return fmt.Errorf("containerd pool: %w", err)
+		}
+		o, err := k.containerdOptions(&sessionspec.Containerd{}, nil)
+		if err != nil {
+			return err
+		}
+		if cp, err = containerd.NewPool(cli, containerd.PoolOptions{Size: ps.Containerd, Kernel: o, Logger: logger}); err != nil {
+			return err
+		}
+		started = append(started, cp)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.dockerPool != nil {
-		_ = p.Close(context.WithoutCancel(ctx))
-		return fmt.Errorf("docker pool: the kit is closed or has its pool")
+	if k.closed || k.dockerPool != nil || k.ctrdPool != nil {
+		return fmt.Errorf("pools: the kit is closed or has its pools")
 	}
-	k.dockerPool = p
+	k.dockerPool, k.ctrdPool, k.ctrdPoolAddr = dp, cp, addr
 	return nil
 }
 
 // PoolStats returns the figures of the Kit's pools, by kind (none without pools).
 func (k *Kit) PoolStats() []PoolStat {
 	k.mu.Lock()
-	p := k.dockerPool
+	dp, cp := k.dockerPool, k.ctrdPool
 	k.mu.Unlock()
 	var out []PoolStat
-	if p != nil {
-		out = append(out, PoolStat{Kind: "docker", PoolStats: p.Stats()})
+	if cp != nil {
+		out = append(out, PoolStat{Kind: "containerd", PoolStats: cp.Stats()})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	if dp != nil {
+		out = append(out, PoolStat{Kind: "docker", PoolStats: dp.Stats()})
+	}
 	return out
+}
+
+// ctrdPoolFor returns the Kit's containerd pool when it is addr's (a normalized
+// address), or nil.
+func (k *Kit) ctrdPoolFor(addr string) *containerd.Pool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if addr != k.ctrdPoolAddr {
+		return nil
+	}
+	return k.ctrdPool
 }
 
 // pool returns the Kit's Docker pool, or nil.

@@ -108,9 +108,9 @@ var keys = []*Key{
 		value:  func(s *Settings) any { return s.KernelMemory },
 	},
 	{
-		ID: "pool", Type: "object {docker}: whole numbers of ready kernels, at most 64 each",
+		ID: "pool", Type: "object {docker, containerd}: whole numbers of ready kernels, at most 64 each",
 		Scope: GlobalOnly, Limit: true, Default: json.RawMessage("{}"),
-		Doc:    "warm pools `kennel serve` keeps (--pool overrides): ready, locked-down kernels of the transport's default image and description, each handed to one session whose description matches and replaced in the background (needs a root daemon)",
+		Doc:    "warm pools `kennel serve` keeps (--pool overrides): ready, locked-down kernels of the transport's default image and description, each handed to one session whose description matches and replaced in the background (needs a root daemon; containerd's is on the default address)",
 		decode: decodePool,
 		copyTo: func(d, s *Settings) { d.Pool = s.Pool },
 		isSet:  func(s *Settings) bool { return s.Pool != nil },
@@ -274,7 +274,7 @@ func decodeTruncation(n *node, ptr string, s *Settings, bad badFunc) {
 const MaxPool = 64
 
 // PoolKinds are the transports a warm pool keeps kernels of.
-var PoolKinds = []string{"docker"}
+var PoolKinds = []string{"docker", "containerd"}
 
 // decodePool reads the pool setting: an object of a whole number (0 to MaxPool) per
 // kind in PoolKinds. A bad entry is dropped: that kind has no pool.

@@ -195,11 +195,11 @@ func drawPool(t *rapid.T, m *docModel) {
 	}
 	var fields []string
 	m.want.Pool = Pool{}
-	for _, k := range []string{"docker", "colour"} {
+	for _, k := range []string{"docker", "containerd", "colour"} {
 		if !rapid.Bool().Draw(t, k+" present") {
 			continue
 		}
-		if k == "docker" && rapid.Bool().Draw(t, "size good") {
+		if k != "colour" && rapid.Bool().Draw(t, "size good") {
 			n := rapid.IntRange(0, MaxPool).Draw(t, "size")
 			fields = append(fields, q(k)+":"+strconv.Itoa(n))
 			m.want.Pool[k] = n

@@ -81,6 +81,15 @@ type Kernel interface {
 	Wait() (Exit, error)
 }
 
+// Ender is an optional interface of a Kernel whose end is known before Wait returns,
+// Wait also waiting for the release of what it held (a container's removal, a pod's
+// deletion): Ended is closed once the end has been seen, and Exit then returns the Exit
+// Wait will. The controller reads an OOM end through it.
+type Ender interface {
+	Ended() <-chan struct{}
+	Exit() Exit
+}
+
 // Info describes a running kernel.
 type Info struct {
 	// Transport is the kind's name ("local", "wrapped", "docker", "containerd", "ssh", "kubernetes").

@@ -133,3 +133,10 @@ func (w *Watch) Wait() (Exit, error) {
 // Ended is closed once the kernel's end has been seen (Reap returned), before the
 // release.
 func (w *Watch) Ended() <-chan struct{} { return w.ended }
+
+// Exit returns how the kernel ended once its end has been seen (it waits for Ended): the
+// Exit Wait returns, without waiting for the release.
+func (w *Watch) Exit() Exit {
+	<-w.ended
+	return w.exit
+}

@@ -19,7 +19,7 @@ func newServeCmd() *cobra.Command {
 	var debug, stopKernels bool
 	var pools []string
 	cmd := &cobra.Command{
-		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels] [--pool docker=N]",
+		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels] [--pool KIND=N]",
 		Short: "Run the kennel daemon: many sessions behind an HTTP API on a private socket",
 		Long: `Run the daemon. It serves kennel's HTTP API (GET /openapi.json describes it) on a unix
 socket only your user can reach: by default kennel.sock in $XDG_RUNTIME_DIR/kennel, else in
@@ -47,11 +47,12 @@ and remote process within its kill grace). kennel rm ends one session for good.
 With --pool docker=N (or the global pool setting, {"pool": {"docker": N}}) the daemon keeps N
 ready Docker kernels of the default image and lock-down, each started and waiting for a
 session: a session whose Docker description matches (image, limits, user, network) is
-handed one at once and the pool refills in the background; any other starts cold. The
+handed one at once and the pool refills in the background; any other starts cold.
+--pool containerd=N does the same for containerd kernels on its default address. The
 create reply says which ("pool": "hit" or "miss"), and /metrics counts hits, misses and
 refill time. A pooled kernel is a fresh one: it has run nothing, gets the session's mounts
 (mounted into its container at hand-out), environment and working directory, and serves
-that session alone. A pool needs a daemon running as root and a local engine.`,
+that session alone. A pool needs a daemon running as root, a local engine and runc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The daemon logs at the global logLevel setting's level (--debug: everything).
@@ -70,7 +71,7 @@ that session alone. A pool needs a daemon running as root and a local engine.`,
 			if err != nil {
 				return err
 			}
-			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{Docker: sizes["docker"]}})
+			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{Docker: sizes["docker"], Containerd: sizes["containerd"]}})
 			defer kit.Close()
 			srv, err := daemon.New(daemon.Options{
 				Socket: socket, StateDir: state, Logger: logger, Kit: kit, Default: daemon.FromSettings,
@@ -86,7 +87,7 @@ that session alone. A pool needs a daemon running as root and a local engine.`,
 	cmd.Flags().StringVar(&socket, "socket", "", "the socket's path (default: see above)")
 	cmd.Flags().StringVar(&state, "state", "", "the daemon's private state directory (default: $XDG_STATE_HOME/kennel or ~/.local/state/kennel)")
 	cmd.Flags().BoolVar(&stopKernels, "stop-kernels", false, "end every session's kernel at shutdown instead of letting it run on for the next daemon to resume")
-	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N ready kernels of a transport's default description, KIND=N (docker; at most 64; overrides the pool setting)")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N ready kernels of a transport's default description, KIND=N (docker, containerd; at most 64; overrides the pool setting)")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log the daemon's and the sessions' diagnostics to stderr")
 	return cmd
 }

@@ -116,42 +116,63 @@ func detachedIO(dir string) (*cio.DirectIO, error) {
 	return dio, nil
 }
 
-// attachDetached hands the started task its token, attaches its link and makes the
-// kernel: kid, token and runDir name it, c and task are its container and task.
-func (t *Transport) attachDetached(ctx context.Context, c client.Container, task client.Task, dio *cio.DirectIO, exitc <-chan client.ExitStatus, oom *oomWatch, evcancel context.CancelFunc, kid, token, runDir string) (transports.Kernel, error) {
-	// The token is the one line the kernel reads from its stdin; then stdin closes.
-	_, werr := io.WriteString(dio.Stdin, token+"\n")
-	_ = dio.Stdin.Close()
+// attach hands the started task of a detached kernel block on its stdin (the token
+// line, or a pooled kernel's start block), closes it, attaches the kernel's link and makes
+// the kernel. On error the task, its container and run directory are removed.
+func (st *started) attach(ctx context.Context, block string) (_ *detachedKernel, err error) {
+	t, c := st.t, st.c
+	defer func() {
+		if err != nil {
+			st.Discard(ctx)
+		}
+	}()
+	_, werr := io.WriteString(st.dio.Stdin, block)
+	_ = st.dio.Stdin.Close()
 	cctx, ccancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
-	_ = task.CloseIO(cctx, client.WithStdinCloser)
+	_ = st.task.CloseIO(cctx, client.WithStdinCloser)
 	ccancel()
 	if werr != nil {
 		return nil, fmt.Errorf("hand the token to task %s: %w", c.ID(), werr)
 	}
 	early := &kernelstart.HeadBuffer{Limit: 4096}
-	go func() { _, _ = io.Copy(early, dio.Stderr) }()
-	exited, result := taskEnd(exitc)
-	launch := linked.NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
+	go func() { _, _ = io.Copy(early, st.dio.Stderr) }()
+	launch := linked.NewLaunch(filepath.Join(st.runDir, "kernel.sock"), st.exited)
 	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cl, err := link.Open(lctx, link.Options{
-		Kernel: kid, Token: token, Grace: t.opts.kernelGrace(), Dial: launch.Dial,
-		Backoff: link.Backoff{First: 5 * time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
+		Kernel: st.kid, Token: st.token, Grace: t.opts.kernelGrace(), Dial: launch.Dial,
+		Backoff: link.Backoff{First: time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
 	})
 	if err != nil {
 		select { // let the stderr of a kernel that ended arrive
-		case <-exited:
+		case <-st.exited:
 			time.Sleep(100 * time.Millisecond)
 		case <-time.After(time.Second):
 		}
-		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
+		log, _ := os.ReadFile(filepath.Join(st.runDir, "kernel.log"))
 		return nil, fmt.Errorf("attach to detached kernel in task %s: %w (stderr %q, kernel.log %q)", c.ID(), err, early.String(), log)
 	}
 	launch.Started()
-	_ = dio.Close() // its FIFOs: the kernel's stdio is its kernel.log now
+	_ = st.dio.Close() // its FIFOs: the kernel's stdio is its kernel.log now
 	h := cl.Hello()
-	rec := transports.Record{Transport: Name, Kernel: kid, RunDir: runDir, Token: token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: t.opts.kernelGrace(), Where: c.ID()}
-	return t.runDetached(cl, rec, task, exited, result, oom, evcancel), nil
+	rec := transports.Record{Transport: Name, Kernel: st.kid, RunDir: st.runDir, Token: st.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: t.opts.kernelGrace(), Where: c.ID()}
+	return t.runDetached(cl, rec, st.task, st.exited, st.result, st.oom, st.evcancel), nil
+}
+
+// Discard removes the task, its container and snapshot, its FIFOs and run directory.
+func (st *started) Discard(ctx context.Context) {
+	if st.ns != nil {
+		_ = st.ns.Close()
+	}
+	st.evcancel()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = remove(rctx, st.t.cli, st.c.ID(), st.t.opts.FIFODir)
+	st.dio.Cancel()
+	_ = st.dio.Close()
+	if st.runDir != "" {
+		_ = os.RemoveAll(st.runDir)
+	}
 }
 
 // taskEnd turns a task's exit channel into a closed-at-the-end channel and its result.

@@ -111,6 +111,12 @@ type Options struct {
 	// KernelGrace is how long a detached kernel lives with nothing attached. Zero means
 	// DefaultKernelGrace.
 	KernelGrace time.Duration
+
+	// Pool, when set, is a warm pool (NewPool) a detached kernel is taken from when the
+	// pool's kernels have its description: its Info.Pool is then transports.PoolHit, and
+	// transports.PoolMiss for one started cold beside the pool. Nil starts every kernel
+	// cold.
+	Pool *Pool
 }
 
 // DefaultFIFODir is where kernels' stdio FIFOs live when Options.FIFODir is empty:

@@ -24,6 +24,7 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 )
 
 // Name is the containerd transport's name, as in Info.Transport.
@@ -122,6 +123,53 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	if err := transports.CheckSpec(spec); err != nil {
 		return nil, err
 	}
+	if t.opts.RunDir != "" && t.opts.Pool != nil {
+		if k, err := t.opts.Pool.handOut(ctx, t, spec); k != nil || err != nil {
+			return k, err
+		}
+	}
+	st, err := t.create(ctx, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	if st.runDir == "" {
+		return newKernel(t, st.c, st.task, st.dio, spec, st.exitc, st.oom, st.evcancel), nil
+	}
+	k, err := st.attach(ctx, st.token+"\n")
+	if err != nil {
+		return nil, err
+	}
+	if t.opts.Pool != nil {
+		k.SetPool(transports.PoolMiss)
+	}
+	return k, nil
+}
+
+// started is a kernel's container and task, started: an attached kernel's task, or a
+// detached one's whose kernel waits for its token (or, pooled, its start block) on stdin.
+type started struct {
+	t        *Transport
+	c        client.Container
+	task     client.Task
+	dio      *cio.DirectIO
+	exitc    <-chan client.ExitStatus
+	oom      *oomWatch
+	evcancel context.CancelFunc
+	// kid, token and runDir name a detached kernel ("": attached).
+	kid, token, runDir string
+	// exited and result say a detached task's end.
+	exited <-chan struct{}
+	result func() (transports.Exit, error)
+	// imgEnv is the image's environment, the first layer of the kernel's; ns is a pooled
+	// kernel's mount namespace, held until its hand-out.
+	imgEnv []string
+	ns     *os.File
+}
+
+// create makes, and starts, the container and task of a kernel for spec; pooled makes
+// one for a Pool (no session yet: its kernel loads and waits for a start block). On error
+// nothing is left: no task, container, snapshot, lease, FIFO or run directory.
+func (t *Transport) create(ctx context.Context, spec transports.Spec, pooled bool) (_ *started, err error) {
 	b, err := t.bundle()
 	if err != nil {
 		return nil, err
@@ -151,18 +199,21 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	if err != nil {
 		return nil, err
 	}
+	st := &started{t: t, imgEnv: img.config.Env}
 	labels := ownerLabels(t.opts.Controller, spec.SessionID)
-	var kid, token, runDir string
 	if t.opts.RunDir != "" {
-		if kid, token, runDir, err = t.detachedRun(uid, gid); err != nil {
+		if st.kid, st.token, st.runDir, err = t.detachedRun(uid, gid); err != nil {
 			return nil, err
 		}
 		defer func() {
 			if err != nil {
-				_ = os.RemoveAll(runDir)
+				_ = os.RemoveAll(st.runDir)
 			}
 		}()
 		labels[LabelDetached] = "1"
+		if pooled {
+			labels[LabelPool] = "1"
+		}
 	}
 
 	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
@@ -184,18 +235,17 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	}
 	defer done(context.WithoutCancel(ctx))
 
-	env := kernelstart.Env{
-		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
-		Stub:     images.KernelEnv(b),
-		EOFGrace: t.opts.EOFGrace,
-	}
 	sopts := t.specOpts(img, spec, uid, gid)
-	if runDir != "" {
-		env.Detached = insideRun(kid)
-		sopts = append(sopts, runMount(runDir, insideRun(kid)))
+	env := t.env(b, st.kid)
+	if st.runDir != "" {
+		sopts = append(sopts, runMount(st.runDir, insideRun(st.kid)))
 	}
-	sopts = append(sopts, oci.WithEnv(env.Build(spec.Env)))
-	c, err := t.cli.NewContainer(lctx, id,
+	kenv := env.Build(spec.Env)
+	if pooled {
+		kenv = append(kenv, images.EnvPooled+"=1")
+	}
+	sopts = append(sopts, oci.WithEnv(kenv))
+	st.c, err = t.cli.NewContainer(lctx, id,
 		client.WithContainerLabels(labels),
 		client.WithSnapshotter(t.opts.Snapshotter),
 		client.WithNewSnapshot(id, img.img, snapshots.WithLabels(labels)),
@@ -207,46 +257,67 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		_ = t.cli.SnapshotService(t.opts.Snapshotter).Remove(context.WithoutCancel(lctx), id)
 		return nil, fmt.Errorf("create container: %w", classify(err))
 	}
-	undo = append(undo, func(ctx context.Context) { _ = c.Delete(ctx, client.WithSnapshotCleanup) })
+	undo = append(undo, func(ctx context.Context) { _ = st.c.Delete(ctx, client.WithSnapshotCleanup) })
 
 	dir := filepath.Join(t.opts.FIFODir, id)
-	var dio *cio.DirectIO
-	if runDir != "" {
-		dio, err = detachedIO(dir)
+	if st.runDir != "" {
+		st.dio, err = detachedIO(dir)
 	} else {
-		dio, err = attachedIO(dir)
+		st.dio, err = attachedIO(dir)
 	}
 	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func(context.Context) { dio.Cancel(); _ = dio.Close() })
+	undo = append(undo, func(context.Context) { st.dio.Cancel(); _ = st.dio.Close() })
 
 	// OOM events of this container, subscribed before the task exists.
-	evctx, evcancel := context.WithCancel(nsCtx(context.Background()))
-	undo = append(undo, func(context.Context) { evcancel() })
-	oom := watchOOM(evctx, t.cli, id)
+	var evctx context.Context
+	evctx, st.evcancel = context.WithCancel(nsCtx(context.Background()))
+	undo = append(undo, func(context.Context) { st.evcancel() })
+	st.oom = watchOOM(evctx, t.cli, id)
 
-	var tio cio.IO = dio
-	if runDir != "" {
-		tio = nullStdout{dio}
+	var tio cio.IO = st.dio
+	if st.runDir != "" {
+		tio = nullStdout{st.dio}
 	}
-	task, err := c.NewTask(ctx, func(string) (cio.IO, error) { return tio, nil })
+	st.task, err = st.c.NewTask(ctx, func(string) (cio.IO, error) { return tio, nil })
 	if err != nil {
 		return nil, fmt.Errorf("create task: %w: %w", transports.ErrUnavailable, err)
 	}
-	undo = append(undo, func(ctx context.Context) { _, _ = task.Delete(ctx, client.WithProcessKill) })
-	exitc, err := task.Wait(nsCtx(context.Background()))
-	if err != nil {
+	undo = append(undo, func(ctx context.Context) { _, _ = st.task.Delete(ctx, client.WithProcessKill) })
+	if st.exitc, err = st.task.Wait(nsCtx(context.Background())); err != nil {
 		return nil, fmt.Errorf("wait task: %w", classify(err))
 	}
-	if err := task.Start(ctx); err != nil {
+	if err := st.task.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start task: %w: %w", transports.ErrUnavailable, err)
 	}
-	if runDir != "" {
-		return t.attachDetached(ctx, c, task, dio, exitc, oom, evcancel, kid, token, runDir)
+	if st.runDir != "" {
+		st.exited, st.result = taskEnd(st.exitc)
 	}
-	k := newKernel(t, c, task, dio, spec, exitc, oom, evcancel)
-	return k, nil
+	if pooled {
+		pid := int(st.task.Pid())
+		if st.ns, err = nsmount.Hold(pid, func() bool {
+			s, err := st.task.Status(ctx)
+			return err == nil && s.Status == client.Running && int(st.task.Pid()) == pid
+		}); err != nil {
+			return nil, fmt.Errorf("task %s: %w", id, err)
+		}
+	}
+	return st, nil
+}
+
+// env is the transport's layer of a kernel's environment (kernelstart.Env); kid names a
+// detached kernel ("" for none).
+func (t *Transport) env(b *images.Bundle, kid string) kernelstart.Env {
+	env := kernelstart.Env{
+		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
+		Stub:     images.KernelEnv(b),
+		EOFGrace: t.opts.EOFGrace,
+	}
+	if kid != "" {
+		env.Detached = insideRun(kid)
+	}
+	return env
 }
 
 // attachedIO is an attached task's stdio: stdin, stdout and stderr on FIFOs of dir. They

@@ -92,6 +92,12 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // that Kill ran before the end. Later calls return the same.
 func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 
+// Ended is closed once the kernel's end is known, before its release (transports.Ender).
+func (k *Kernel) Ended() <-chan struct{} { return k.watch.Ended() }
+
+// Exit returns how the kernel ended, once Ended is closed (transports.Ender).
+func (k *Kernel) Exit() transports.Exit { return k.watch.Exit() }
+
 // Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
 // exit; then stop the container (SIGTERM, and SIGKILL after Options.StopGrace) and remove
 // it, or, in exec mode, signal every process of the kernel TERM, then KILL after

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -189,27 +188,12 @@ func (p *Pool) start(ctx context.Context) (*detachedContainer, error) {
 }
 
 // waitListening waits until c's pooled kernel has loaded and bound its socket (it then
-// waits for its start block alone), or fails when its container ends first or after a
-// minute.
+// waits for its start block alone).
 func waitListening(ctx context.Context, c *detachedContainer) error {
-	sock := filepath.Join(c.runDir, "kernel.sock")
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if _, err := os.Lstat(sock); err == nil {
-			return nil
-		}
-		select {
-		case <-c.exited:
-			_, err := c.result()
-			return fmt.Errorf("container %.12s ended before its kernel was ready (stderr %q): %v", c.id, c.early.String(), err)
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(2 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("container %.12s: its kernel was not ready within a minute (stderr %q)", c.id, c.early.String())
-		}
+	if err := warm.WaitSocket(ctx, filepath.Join(c.runDir, "kernel.sock"), c.exited); err != nil {
+		return fmt.Errorf("container %.12s: %w (stderr %q)", c.id, err, c.early.String())
 	}
+	return nil
 }
 
 // handOut gives the session of spec, started by t, a ready kernel: it returns nil and no

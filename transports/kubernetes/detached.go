@@ -146,19 +146,34 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 // is removed once the kernel is proven gone.
 type detachedKernel struct {
 	*kernelstart.BridgedKernel
-	done chan struct{} // closed once Wait's result is final
-	exit transports.Exit
-	err  error
-	t    *Transport
-	pod  string
+	ended chan struct{} // closed once exit is known, before the pod's removal
+	done  chan struct{} // closed once Wait's result is final
+	exit  transports.Exit
+	err   error
+	t     *Transport
+	pod   string
 }
 
-var _ transports.Detachable = (*detachedKernel)(nil)
+var (
+	_ transports.Detachable = (*detachedKernel)(nil)
+	_ transports.Ender      = (*detachedKernel)(nil)
+)
+
+// Ended is closed once the kernel's end is known, before its pod's removal
+// (transports.Ender).
+func (k *detachedKernel) Ended() <-chan struct{} { return k.ended }
+
+// Exit returns how the kernel ended, once Ended is closed (transports.Ender).
+func (k *detachedKernel) Exit() transports.Exit {
+	<-k.ended
+	return k.exit
+}
 
 func newDetachedKernel(t *Transport, pod string, bk *kernelstart.BridgedKernel) *detachedKernel {
-	k := &detachedKernel{BridgedKernel: bk, done: make(chan struct{}), t: t, pod: pod}
+	k := &detachedKernel{BridgedKernel: bk, ended: make(chan struct{}), done: make(chan struct{}), t: t, pod: pod}
 	go func() {
 		k.exit, k.err = bk.Wait()
+		close(k.ended)
 		if !errors.Is(k.err, link.ErrDetached) && !errors.Is(k.err, link.ErrUnreachable) && !errdefs.IsUnavailable(k.err) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			if err := t.removePod(ctx, pod, 1); err != nil && k.err == nil {

@@ -230,6 +230,12 @@ func (k *Kernel) Info() transports.Info { return k.info }
 // Exit.Killed reports that Kill ran before the end. Later calls return the same.
 func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 
+// Ended is closed once the kernel's end is known, before its release (transports.Ender).
+func (k *Kernel) Ended() <-chan struct{} { return k.watch.Ended() }
+
+// Exit returns how the kernel ended, once Ended is closed (transports.Ender).
+func (k *Kernel) Exit() transports.Exit { return k.watch.Exit() }
+
 // Kill ends the kernel in stages: close stdin and wait Options.StdinGrace for the stub to
 // exit; delete the pod with its grace (Options.StopGrace: the TERM reaches the kernel, the
 // kubelet kills at the grace's end) and wait that grace and 2 s; delete it by force and

@@ -75,6 +75,12 @@ func (k *Detached) Kill(ctx context.Context) error { return k.Watch.Kill(ctx) }
 // Wait blocks until the kernel has ended and its objects are released.
 func (k *Detached) Wait() (transports.Exit, error) { return k.Watch.Wait() }
 
+// Ended is closed once the kernel's end is known, before its release (transports.Ender).
+func (k *Detached) Ended() <-chan struct{} { return k.Watch.Ended() }
+
+// Exit returns how the kernel ended, once Ended is closed (transports.Ender).
+func (k *Detached) Exit() transports.Exit { return k.Watch.Exit() }
+
 // Detach lets the kernel go: its link closes and it runs on for its grace.
 func (k *Detached) Detach() error { return k.client.Close() }
 

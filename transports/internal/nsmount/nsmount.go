@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,9 +54,8 @@ func Hold(pid int, alive func() bool) (*os.File, error) {
 // directory, is refused: the container's file system is the image's, and no kernel has
 // run in it yet, but a path is resolved there only as directories.
 //
-// It needs CAP_SYS_ADMIN (a root controller). The namespace is entered on a thread of
-// its own that unshares its file-system attributes first and ends with the call, so no
-// other goroutine ever runs in it.
+// It needs CAP_SYS_ADMIN (a root controller). The namespace is entered on the process's
+// mover thread (see mover), which no other goroutine runs on; calls are one at a time.
 func Into(ns *os.File, binds []Bind) (err error) {
 	binds = slices.Clone(binds)
 	slices.SortStableFunc(binds, func(a, b Bind) int {
@@ -87,24 +87,84 @@ func Into(ns *os.File, binds []Bind) (err error) {
 			return fmt.Errorf("set the attributes of the mount of %q: %w", b.Host, err)
 		}
 	}
-	done := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, namespace and all.
-		runtime.LockOSThread()
-		done <- attachIn(ns, binds, trees)
-	}()
-	return <-done
+	return inNamespace(ns, func() error { return attachIn(binds, trees) })
 }
 
-// attachIn enters ns on the calling (locked) thread and attaches each detached tree at
-// its bind's target.
-func attachIn(ns *os.File, binds []Bind, trees []int) (err error) {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare the file-system attributes: %w", err)
+// mover is the one OS thread of this process that enters other mount namespaces: a
+// goroutine locked to it for the life of the process, its file-system attributes its own
+// (unshare(CLONE_FS), which entering a mount namespace needs), back in the process's own
+// namespace after each call. It must never end: a thread that ends fires the
+// parent-death signal (PR_SET_PDEATHSIG) of every child it started, such as the local
+// transport's reapers, and one that entered another namespace could otherwise only end.
+// So it is process-wide, started at first use.
+var mover struct {
+	once   sync.Once
+	err    error // why it could not start
+	calls  chan moverCall
+	broken chan struct{} // closed once the thread could not come back
+}
+
+type moverCall struct {
+	ns   *os.File
+	f    func() error
+	done chan error
+}
+
+// inNamespace runs f on the mover thread inside the mount namespace ns.
+func inNamespace(ns *os.File, f func() error) error {
+	mover.once.Do(func() {
+		mover.calls, mover.broken = make(chan moverCall), make(chan struct{})
+		started := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			self, err := os.Open("/proc/thread-self/ns/mnt")
+			if err == nil {
+				if err = unix.Unshare(unix.CLONE_FS); err != nil {
+					_ = self.Close()
+				}
+			}
+			if err != nil {
+				runtime.UnlockOSThread() // nothing of it changed
+				started <- fmt.Errorf("mount namespace worker: %w", err)
+				return
+			}
+			started <- nil
+			for c := range mover.calls {
+				c.done <- c.run(self)
+			}
+		}()
+		mover.err = <-started
+	})
+	if mover.err != nil {
+		return mover.err
 	}
-	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNS); err != nil {
+	c := moverCall{ns: ns, f: f, done: make(chan error, 1)}
+	select {
+	case mover.calls <- c:
+		return <-c.done
+	case <-mover.broken:
+		return fmt.Errorf("mount namespace worker: it could not leave a container's namespace")
+	}
+}
+
+// run enters c.ns, runs c.f and goes back to self (the process's namespace). A thread
+// that cannot go back is left to hang here, never to run anything again.
+func (c moverCall) run(self *os.File) error {
+	if err := unix.Setns(int(c.ns.Fd()), unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter the container's mount namespace: %w", err)
 	}
+	err := c.f()
+	if berr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNS); berr != nil {
+		c.done <- fmt.Errorf("leave the container's mount namespace: %w", berr)
+		close(mover.broken)
+		select {} // in another namespace for good: this thread does nothing more
+	}
+	return err
+}
+
+// attachIn, on the mover thread in the container's namespace, attaches each detached
+// tree at its bind's target.
+func attachIn(binds []Bind, trees []int) (err error) {
 	var rootMadeWritable bool
 	defer func() {
 		if rootMadeWritable {

@@ -7,8 +7,10 @@ package warm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -223,5 +225,30 @@ func (p *Pool[R]) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
+	}
+}
+
+// ErrEnded says a kernel ended before it was ready.
+var ErrEnded = errors.New("the kernel ended before it was ready")
+
+// WaitSocket waits until the socket file sock exists (a pooled kernel binds it once it
+// has loaded, and then waits for its start block alone): ErrEnded when exited closes
+// first, an error after a minute or when ctx ends.
+func WaitSocket(ctx context.Context, sock string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Lstat(sock); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return ErrEnded
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(2 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not bound within a minute", sock)
+		}
 	}
 }

@@ -1,0 +1,214 @@
+package containerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/internal/nsmount"
+	"github.com/kennel-dev/kennel/transports/internal/warm"
+)
+
+// LabelPool marks the container (and snapshot) of a kernel a Pool started before its
+// session ("1"). It is a detached kernel's too (LabelDetached): a sweep keeps it while
+// its task runs, and a pooled kernel's task ends with its controller's stdin.
+const LabelPool = "dev.kennel.pool"
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	// Size is how many ready kernels the pool keeps, at least 1.
+	Size int
+	// Kernel is the description of the pool's kernels: detached (RunDir set), Mounts
+	// empty, with the lock-down and image a session's Options must have for its kernel to
+	// come from the pool. An empty User is the default for a working directory on no
+	// mount: the operator's uid:gid, FallbackUser for root.
+	Kernel Options
+	// Logger gets the pool's failures. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Pool keeps ready kernels of one description: each a container made and its task
+// started, the stub loaded and its socket bound, waiting for its session; a Transport
+// whose Options.Pool is set hands one to a Start of the pool's description (the client,
+// image, user, interpreter and lock-down) as the Docker transport's pool does
+// (docker.Pool): the session's mounts are cloned and attached in the task's mount
+// namespace (transports/internal/nsmount), then its start block gives it the token, the
+// session's whole environment (the image's, then the transport's) and its working
+// directory. Any other Start is cold (Info.Pool transports.PoolMiss). A pooled kernel is
+// used once. The pool needs CAP_SYS_ADMIN (root) and the runc shim running runc or crun
+// on this host; NewPool refuses anything else.
+//
+// Close removes the ready kernels. A controller that dies leaves its ready kernels waiting
+// on a stdin FIFO that closes with it: they exit, and a later sweep removes their
+// containers once their tasks have stopped.
+type Pool struct {
+	key  string
+	warm *warm.Pool[*started]
+}
+
+// NewPool returns a pool of opts.Size kernels over cli (the client the sessions' own
+// Transports use) and starts filling it in the background. A refusal is a
+// *transports.FieldError (errdefs.ErrInvalidArgument), or errdefs.ErrUnavailable for what
+// this controller or runtime cannot do.
+func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
+	o := opts.Kernel
+	switch {
+	case opts.Size < 1:
+		return nil, &transports.FieldError{Field: "PoolOptions.Size", Reason: fmt.Sprintf("%d: a pool keeps at least one kernel", opts.Size)}
+	case o.RunDir == "":
+		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.RunDir", Reason: "empty: a pool's kernels are detached"}
+	case len(o.Mounts) > 0:
+		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Mounts", Reason: "a pool's kernels get their session's mounts at hand-out"}
+	case o.Pool != nil:
+		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Pool", Reason: "a pool's kernels come from no other pool"}
+	}
+	switch o.Runtime {
+	case "", DefaultRuntime, "runc", "crun":
+	default:
+		return nil, fmt.Errorf("containerd pool: runtime %q may run containers outside this host's kernel, where a session's directories cannot be mounted at hand-out: %w", o.Runtime, errdefs.ErrUnavailable)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("containerd pool: a session's directories are mounted into a pooled container at hand-out, which needs a controller running as root: %w", errdefs.ErrUnavailable)
+	}
+	if o.User == "" {
+		o.User = docker.DefaultUser(os.Getuid(), os.Getgid(), nil)
+	}
+	tr, err := New(cli, o)
+	if err != nil {
+		return nil, err
+	}
+	uid, gid, err := tr.opts.UserFor("/")
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{key: tr.poolKey(uid, gid, "")}
+	p.warm = warm.New(warm.Options[*started]{Kind: "containerd", Size: opts.Size, Logger: opts.Logger,
+		Start: func(ctx context.Context) (*started, error) {
+			st, err := tr.create(ctx, transports.Spec{Dir: "/"}, true)
+			if err != nil {
+				return nil, err
+			}
+			if err := st.waitListening(ctx); err != nil {
+				st.Discard(context.Background())
+				return nil, err
+			}
+			return st, nil
+		}})
+	return p, nil
+}
+
+// poolKey is what a kernel of t's for a session of uid:gid and python must share with a
+// pool's kernels to be one of them: the client, the image, the user, the interpreter and
+// the whole lock-down, each as it resolves.
+func (t *Transport) poolKey(uid, gid uint32, python string) string {
+	o := t.opts
+	image, _ := t.Image()
+	k, _ := json.Marshal([]any{
+		fmt.Sprintf("%p", t.cli), image, uid, gid, python,
+		limit(o.Memory, DefaultMemory), limit(o.CPUQuota, DefaultCPUQuota), limit(o.Pids, DefaultPids), limit(o.TmpfsSize, DefaultTmpfsSize),
+		o.Runtime, o.Snapshotter, o.RunDir, o.FIFODir,
+	})
+	return string(k)
+}
+
+// Stats returns what the pool has done so far.
+func (p *Pool) Stats() transports.PoolStats { return p.warm.Stats() }
+
+// Close stops the pool's filling and removes its ready kernels. It waits for a start
+// under way; later Starts go cold.
+func (p *Pool) Close(ctx context.Context) error { return p.warm.Close(ctx) }
+
+// handOut gives the session of spec, started by t, a ready kernel: it returns nil and no
+// error when the pool has none of t's description (a miss: the caller starts one cold)
+// or could not make one its session's (it is removed, and counted as a failure).
+func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) (transports.Kernel, error) {
+	uid, gid, err := t.opts.UserFor(spec.Dir)
+	if err != nil || t.poolKey(uid, gid, spec.Python) != p.key {
+		p.warm.Miss()
+		return nil, nil
+	}
+	st, ok := p.warm.Take()
+	if !ok {
+		return nil, nil
+	}
+	binds := make([]nsmount.Bind, 0, len(t.opts.Mounts))
+	for _, m := range t.opts.Mounts {
+		binds = append(binds, nsmount.Bind{Host: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
+	}
+	if err := nsmount.Into(st.ns, binds); err != nil {
+		p.warm.Failed(st, err)
+		return nil, nil
+	}
+	b, err := t.bundle()
+	if err != nil {
+		p.warm.Failed(st, err)
+		return nil, nil
+	}
+	// The environment a cold start's kernel gets: the image's, then the transport's.
+	block, err := json.Marshal(struct {
+		Dir string   `json:"dir"`
+		Env []string `json:"env"`
+	}{spec.Dir, overlayEnv(st.imgEnv, t.env(b, st.kid).Build(spec.Env))})
+	if err != nil {
+		p.warm.Failed(st, err)
+		return nil, nil
+	}
+	_ = st.ns.Close()
+	st.ns = nil
+	k, err := st.attach(ctx, st.token+"\n"+string(block)+"\n")
+	if err != nil {
+		return nil, err
+	}
+	k.SetPool(transports.PoolHit)
+	return k, nil
+}
+
+// overlayEnv is base with each of over's entries replacing base's of the same key or
+// added after them: the process environment oci.WithEnv makes.
+func overlayEnv(base, over []string) []string {
+	out := append([]string(nil), base...)
+	index := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		index[k] = i
+	}
+	for _, kv := range over {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[k]; ok {
+			out[i] = kv
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// waitListening waits until st's pooled kernel has loaded and bound its socket.
+func (st *started) waitListening(ctx context.Context) error {
+	err := warm.WaitSocket(ctx, filepath.Join(st.runDir, "kernel.sock"), st.exited)
+	if errors.Is(err, warm.ErrEnded) {
+		_, why := st.result()
+		return fmt.Errorf("task %s: %w (%v)", st.c.ID(), err, why)
+	}
+	if err != nil {
+		return fmt.Errorf("task %s: %w", st.c.ID(), err)
+	}
+	return nil
+}
+
+// Exited is closed once the task ends (warm.Ready).
+func (st *started) Exited() <-chan struct{} { return st.exited }
+
+// String names the container (warm.Ready).
+func (st *started) String() string { return "container " + st.c.ID() }
