@@ -64,4 +64,10 @@
 // container id, the run directory); a container or task gone or stopped, or no kernel at
 // the socket, proves it gone. Its container carries LabelDetached: Sweep keeps it while
 // its task runs and removes it once the task has ended.
+//
+// A Pool (NewPool) keeps ready detached kernels of one description, tasks started with
+// the stub loaded and waiting for a session, and Options.Pool hands one to a Start of that
+// description, as the Docker transport's pool does (see its package doc, "Warm pools"):
+// the session's mounts are attached in the task's mount namespace, then the start block
+// gives the token, environment and working directory. Its containers carry LabelPool.
 package containerd
