@@ -172,3 +172,19 @@ print(json.dumps({"Left": os.path.exists('/tmp/left'), "Variable": 'leftover' in
 		t.Errorf("pool: %+v", s)
 	}
 }
+
+// BenchmarkPoolHandOutVsColdStart: the containerd pool's hand-out (a session's directory
+// mounted at /work) beside a cold detached start of the same description.
+//
+//	go test -run '^$' -bench PoolHandOutVsColdStart -benchtime 20x -count 3 ./transports/containerd/
+func BenchmarkPoolHandOutVsColdStart(b *testing.B) {
+	d := containerdtest.Daemon(b)
+	o := ctrd.Options{RunDir: filepath.Join(b.TempDir(), "run"), User: "65534:65534"}
+	pool := newPool(b, d.Client, o, 1)
+	pooled, cold := o, o
+	pooled.Pool = pool
+	pooled.Mounts = []pathmap.Mount{{Host: b.TempDir(), Sandbox: "/work"}}
+	cold.Mounts = pooled.Mounts
+	transporttest.BenchHandOut(b, newTransport(b, d.Client, pooled), newTransport(b, d.Client, cold),
+		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { waitReady(b, pool, 1) })
+}

@@ -392,10 +392,8 @@ func TestNewPoolRefuses(t *testing.T) {
 
 // BenchmarkPoolHandOutVsColdStart is issue 20's item 3: Start to the hello of a kernel a
 // pool hands out (a session's directory mounted at /work at hand-out) beside a cold
-// detached start of the same description, one of each per iteration, alternating which
-// goes first; the pool refills and both kernels are killed off the timer. It reports
-// each side's median (ms) and their ratio; the target is a hand-out median of at most
-// 20 ms.
+// detached start of the same description (transporttest.BenchHandOut); the target is a
+// hand-out median of at most 20 ms.
 //
 //	go test -run '^$' -bench PoolHandOutVsColdStart -benchtime 20x -count 3 ./transports/docker/
 func BenchmarkPoolHandOutVsColdStart(b *testing.B) {
@@ -403,60 +401,10 @@ func BenchmarkPoolHandOutVsColdStart(b *testing.B) {
 	o := detachedOptions(b)
 	o.User = "65534:65534"
 	pool := newPool(b, cli, o, 1)
-	work := b.TempDir()
 	pooled, cold := o, o
 	pooled.Pool = pool
-	pooled.Mounts = []pathmap.Mount{{Host: work, Sandbox: "/work"}}
+	pooled.Mounts = []pathmap.Mount{{Host: b.TempDir(), Sandbox: "/work"}}
 	cold.Mounts = pooled.Mounts
-	trPooled, trCold := newTransport(b, cli, pooled), newTransport(b, cli, cold)
-	ctx := context.Background()
-	startOne := func(tr *docker.Transport) (transports.Kernel, time.Duration) {
-		began := time.Now()
-		k, err := tr.Start(ctx, transports.Spec{SessionID: "bench", Dir: "/work"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		c := transporttest.NewClient(k)
-		if _, err := c.Hello(); err != nil {
-			b.Fatal(err)
-		}
-		return k, time.Since(began)
-	}
-	var hand, coldT []time.Duration
-	i := 0
-	for b.Loop() {
-		b.StopTimer()
-		waitReady(b, pool, 1)
-		b.StartTimer()
-		var kp, kc transports.Kernel
-		var dp, dc time.Duration
-		if i%2 == 0 {
-			kp, dp = startOne(trPooled)
-			kc, dc = startOne(trCold)
-		} else {
-			kc, dc = startOne(trCold)
-			kp, dp = startOne(trPooled)
-		}
-		i++
-		b.StopTimer()
-		if kp.Info().Pool != docker.PoolHit {
-			b.Fatalf("the pooled start was a %q", kp.Info().Pool)
-		}
-		hand, coldT = append(hand, dp), append(coldT, dc)
-		for _, k := range []transports.Kernel{kp, kc} {
-			_ = k.Kill(ctx)
-			_, _ = k.Wait()
-		}
-		b.StartTimer()
-	}
-	mh, mc := median(hand), median(coldT)
-	b.ReportMetric(float64(mh.Microseconds())/1000, "handout-ms")
-	b.ReportMetric(float64(mc.Microseconds())/1000, "cold-ms")
-	b.ReportMetric(float64(mh)/float64(mc), "handout/cold")
-}
-
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)/2]
+	transporttest.BenchHandOut(b, newTransport(b, cli, pooled), newTransport(b, cli, cold),
+		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { waitReady(b, pool, 1) })
 }
