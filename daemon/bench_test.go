@@ -287,19 +287,31 @@ func startDetachedSession(b *testing.B) *controller.Session {
 
 // BenchmarkCellAPIOverMinimalHandler is issue 20's re-based target for the API's cell
 // latency: kennel's API (BenchmarkCellThroughAPI) beside the bare net/http handler over
-// Session.Execute (BenchmarkCellThroughMinimalHandler), the same client; api/handler is
-// the ratio of their medians (the target: at most 1.1).
-//
-// The daemon's cell differs from the bare handler's in more than its request path, so
-// two more bare handlers, the same client, split the ratio: "detached" runs Execute on
-// the kind of kernel the daemon runs (a detached local kernel reached over its link,
-// where the first handler's is an attached one over stdio pipes), "runcell" makes the
-// daemon's call on such a kernel (Session.RunCell: the cell tracked as a job, under the
-// API's budget). So api/runcell is the daemon's request path alone, runcell/detached the
-// job tracking, detached/handler the detached kernel. The four are interleaved, one cell
-// each per iteration, the order rotating, so that a change in the machine's load hits
-// them all.
+// Session.Execute (BenchmarkCellThroughMinimalHandler), the same client, interleaved one
+// cell each per iteration (their order alternating), so that a change in the machine's
+// load hits both. It reports each one's median and p99 and api/handler, the ratio of the
+// medians (the target: at most 1.1).
 func BenchmarkCellAPIOverMinimalHandler(b *testing.B) {
+	r := serve(b, daemon.Options{})
+	s := r.newSession(b)
+	h := serveMinimalHandler(b)
+	ctx := context.Background()
+	req := api.RunCell{Code: "x = 1\nx"}
+	interleave(b, "api", wallTimed(func() error { return runCellOne(ctx, r.c, s.ID, req) }),
+		"handler", wallTimed(func() error { return runCellOne(ctx, h, "s", req) }))
+}
+
+// BenchmarkCellAPIOverMinimalHandlerSplit splits BenchmarkCellAPIOverMinimalHandler's
+// ratio. The daemon's cell differs from the bare handler's in more than its request
+// path, so two more bare handlers, the same client, stand between them: "detached" runs
+// Execute on the kind of kernel the daemon runs (a detached local kernel reached over
+// its link, where "handler"'s is an attached one over stdio pipes), "runcell" makes the
+// daemon's call on such a kernel (Session.RunCell: the cell tracked as a job, under the
+// API's budget). So api/runcell is the daemon's request path (and its sessions'
+// options), runcell/detached the job tracking, detached/handler the detached kernel; and
+// api/handler their product. The four are interleaved, one cell each per iteration, the
+// first of them rotating.
+func BenchmarkCellAPIOverMinimalHandlerSplit(b *testing.B) {
 	r := serve(b, daemon.Options{})
 	s := r.newSession(b)
 	h := serveMinimalHandler(b)
