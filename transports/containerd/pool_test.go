@@ -26,29 +26,7 @@ func newPool(t testing.TB, cli *client.Client, o ctrd.Options, size int) *ctrd.P
 	t.Helper()
 	testneed.Root(t) // a pool mounts a session's directories into its containers
 	p, err := ctrd.NewPool(cli, ctrd.PoolOptions{Size: size, Kernel: o, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	waitReady(t, p, size)
-	return p
-}
-
-func waitReady(t testing.TB, p *ctrd.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for p.Stats().Ready < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool: %+v after 60 s, want %d ready", p.Stats(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return transporttest.KeepPool(t, p, err, size)
 }
 
 // TestDetachedConformancePooled: kernels a pool hands out pass the suite every transport
@@ -145,7 +123,7 @@ print(json.dumps({"Left": os.path.exists('/tmp/left'), "Variable": 'leftover' in
 		t.Fatalf("A's write into its mount: %q, %v", b, err)
 	}
 	transporttest.Stop(t, ka)
-	waitReady(t, pool, 1)
+	transporttest.WaitReady(t, pool, 1)
 
 	mountsB := []pathmap.Mount{{Host: dirB, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref", ReadOnly: true}}
 	kb, cb := start(pooled, mountsB, "SECRET_B=b1")
@@ -186,5 +164,5 @@ func BenchmarkPoolHandOutVsColdStart(b *testing.B) {
 	pooled.Mounts = []pathmap.Mount{{Host: b.TempDir(), Sandbox: "/work"}}
 	cold.Mounts = pooled.Mounts
 	transporttest.BenchHandOut(b, newTransport(b, d.Client, pooled), newTransport(b, d.Client, cold),
-		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { waitReady(b, pool, 1) })
+		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { transporttest.WaitReady(b, pool, 1) })
 }

@@ -25,32 +25,9 @@ import (
 // the test ends, and waits until it is full.
 func newPool(t testing.TB, cli client.APIClient, o docker.Options, size int) *docker.Pool {
 	t.Helper()
-	testneed.Root(t)
+	testneed.Root(t) // a pool mounts a session's directories into its containers
 	p, err := docker.NewPool(cli, docker.PoolOptions{Size: size, Kernel: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
-	waitReady(t, p, size)
-	return p
-}
-
-// waitReady waits until p holds n ready kernels.
-func waitReady(t testing.TB, p *docker.Pool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for p.Stats().Ready < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool: %+v after 60 s, want %d ready", p.Stats(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return transporttest.KeepPool(t, p, err, size)
 }
 
 // TestDetachedConformancePooled: kernels a pool hands out pass the suite every transport
@@ -167,7 +144,7 @@ func TestAPooledKernelKeepsNothingOfTheOneBefore(t *testing.T) {
 		t.Fatalf("A sees itself as %+v", pa)
 	}
 	transporttest.Stop(t, ka)
-	waitReady(t, pool, 1)
+	transporttest.WaitReady(t, pool, 1)
 
 	ob := o
 	ob.Mounts = []pathmap.Mount{{Host: dirB, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref", ReadOnly: true}}
@@ -302,7 +279,7 @@ func TestAHandOutThatCannotMountStartsCold(t *testing.T) {
 	if s := pool.Stats(); s.Failures != 1 || s.Hits != 0 || s.Misses != 1 {
 		t.Errorf("after a failed hand-out: %+v", s)
 	}
-	waitReady(t, pool, 1)
+	transporttest.WaitReady(t, pool, 1)
 }
 
 // TestAPoolReplacesAKernelThatEndsAndLeavesNothingWhenClosed: a sweep of the pool's
@@ -319,7 +296,7 @@ func TestAPoolReplacesAKernelThatEndsAndLeavesNothingWhenClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = p.Close(context.Background()) }()
-	waitReady(t, p, 2)
+	transporttest.WaitReady(t, p, 2)
 	ctx := context.Background()
 	pooled := func() []string {
 		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", docker.LabelDetachedOwner+"="+o.DetachedOwner).Add("label", docker.LabelPool+"="+p.Instance())})
@@ -406,5 +383,5 @@ func BenchmarkPoolHandOutVsColdStart(b *testing.B) {
 	pooled.Mounts = []pathmap.Mount{{Host: b.TempDir(), Sandbox: "/work"}}
 	cold.Mounts = pooled.Mounts
 	transporttest.BenchHandOut(b, newTransport(b, cli, pooled), newTransport(b, cli, cold),
-		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { waitReady(b, pool, 1) })
+		transports.Spec{SessionID: "bench", Dir: "/work"}, func() { transporttest.WaitReady(b, pool, 1) })
 }
