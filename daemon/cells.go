@@ -123,6 +123,7 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 			var err error
 			if ev.line != nil {
 				_, err = w.Write(ev.line)
+				freeEventLine(ev.line)
 			} else {
 				err = enc.Encode(ev.Event)
 			}
@@ -271,13 +272,38 @@ func (q *queueSink) StreamText(name string, text, quoted []byte) {
 		q.Stream(name, string(text))
 		return
 	}
-	line := make([]byte, 0, len(streamEventHead)+len(name)+len(streamEventText)+len(quoted)+2)
+	line := newEventLine(len(streamEventHead) + len(name) + len(streamEventText) + len(quoted) + 2)
 	line = append(line, streamEventHead...)
 	line = append(line, name...)
 	line = append(line, streamEventText...)
 	line = append(line, quoted...)
 	line = append(line, '}', '\n')
 	q.push(queuedEvent{line: line}, len(text))
+}
+
+// Stream event lines of the kernel's frames (about 60 KiB each) are pooled: taken by
+// StreamText, given back once written.
+const eventLineCap = 128 << 10
+
+var eventLines sync.Pool // of *[]byte of capacity eventLineCap
+
+// newEventLine returns an empty line with room for n bytes.
+func newEventLine(n int) []byte {
+	if n > eventLineCap {
+		return make([]byte, 0, n)
+	}
+	if p, ok := eventLines.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, eventLineCap)
+}
+
+// freeEventLine gives back a line newEventLine made, once it is written.
+func freeEventLine(b []byte) {
+	if cap(b) == eventLineCap {
+		b = b[:0]
+		eventLines.Put(&b)
+	}
 }
 
 // The stream event's line: {"type":"stream","name":NAME,"text":QUOTED}.

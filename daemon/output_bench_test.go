@@ -3,7 +3,12 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,4 +103,49 @@ func BenchmarkCellOutputOverJupyter(b *testing.B) {
 		}
 	}
 	interleave(b, "api", kennel, "jupyter", jup)
+}
+
+// BenchmarkCellOutputRunOverJupyter is the same cell through `kennel run` (a kernel
+// started for the command, protocol 1 over stdio, its output to kennel's stdout, read
+// here to its end), from the command's start to its last byte of output, beside the same
+// cell through jupyter_client to an ipykernel, interleaved; run/jupyter is the ratio of
+// the medians (the target: at most 0.5). kennel is built from this tree once.
+func BenchmarkCellOutputRunOverJupyter(b *testing.B) {
+	jup := startJupyterDriver(b, jupyterOutputDriver, bigOutputCell, strconv.Itoa(bigOutputBytes))
+	root, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bin := filepath.Join(b.TempDir(), "kennel")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kennel")
+	build.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build kennel: %v\n%s", err, out)
+	}
+	work := b.TempDir()
+	run := func() (time.Duration, error) {
+		cmd := exec.Command(bin, "run", "--local", "-c", bigOutputCell)
+		cmd.Dir = work
+		cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(work, "cache"))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		n, _ := io.Copy(io.Discard, out)
+		last := time.Since(start)
+		if err := cmd.Wait(); err != nil || n != bigOutputBytes {
+			return 0, fmt.Errorf("kennel run: %v, %d bytes, want %d", err, n, bigOutputBytes)
+		}
+		return last, nil
+	}
+	for range 2 {
+		if _, err := run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	interleave(b, "run", run, "jupyter", jup)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -34,10 +35,42 @@ const (
 // reading it before the background goroutine reads it.
 const handoffDelay = 50 * time.Millisecond
 
-// queuedFrame is one kernel frame waiting for Frames: its line, newline included.
+// queuedFrame is one kernel frame waiting for Frames: its line, newline included, and
+// the pooled envelope line it aliases (nil for none), given back once it is delivered.
 type queuedFrame struct {
 	seq  uint64
 	line []byte
+	buf  []byte
+}
+
+// Envelope lines of at least poolMin bytes are taken from linePool and given back once
+// their frame is delivered: a cell's output passes tens of MB through them, in frames of
+// about 60 KiB. Capacities are rounded up to poolStep, and none over poolMax is kept.
+const (
+	poolMin  = 16 << 10
+	poolStep = 64 << 10
+	poolMax  = 256 << 10
+)
+
+var linePool sync.Pool // of *[]byte, each of capacity a multiple of poolStep
+
+// newLine returns a copy of b, from the pool when it is large enough to be pooled.
+func newLine(b []byte) []byte {
+	if len(b) < poolMin || len(b) > poolMax {
+		return append([]byte(nil), b...)
+	}
+	if p, ok := linePool.Get().(*[]byte); ok && cap(*p) >= len(b) {
+		return append((*p)[:0], b...)
+	}
+	return append(make([]byte, 0, (len(b)+poolStep-1)/poolStep*poolStep), b...)
+}
+
+// freeLine gives b, a line newLine made and nothing refers to any longer, back to the pool.
+func freeLine(b []byte) {
+	if c := cap(b); c >= poolMin && c <= poolMax && c%poolStep == 0 {
+		b = b[:0]
+		linePool.Put(&b)
+	}
 }
 
 // Who reads a connection (connReader.holder).
@@ -109,7 +142,7 @@ func (rd *connReader) readLine() ([]byte, error) {
 			return nil, fmt.Errorf("%w: a line over %d bytes", ErrNotEnvelope, MaxLine)
 		}
 		if err == nil && rd.partial == nil {
-			return append([]byte(nil), chunk...), nil // the buffer is reused: a copy
+			return newLine(chunk), nil // the buffer is reused: a copy
 		}
 		rd.partial = append(rd.partial, chunk...)
 		if err == nil {
@@ -182,6 +215,7 @@ func (c *Client) read(p []byte) (int, error) {
 		}
 		c.applied = f.seq
 		c.qBytes -= len(f.line)
+		freeLine(f.buf)
 		c.q[0] = queuedFrame{}
 		c.q = c.q[1:]
 		c.qOff = 0
@@ -253,12 +287,19 @@ func (c *Client) readEnvelopes(rd *connReader, background bool) error {
 		apply := !e.Bare() && c.in.Accept(e.Seq)
 		c.mu.Unlock()
 		if !apply {
+			freeLine(line)
 			continue
 		}
 		if c.opts.OnFrame != nil {
 			c.opts.OnFrame(e.Frame)
 		}
-		if err := c.enqueue(rd, e.Seq, frameLine(line, e.Frame)); err != nil {
+		fl := frameLine(line, e.Frame)
+		buf := line // fl aliases it, or is a copy and line is free
+		if len(fl) == 0 || len(line) <= len(fl) || &fl[0] != &line[len(line)-len(fl)-1] {
+			freeLine(line)
+			buf = nil
+		}
+		if err := c.enqueue(rd, e.Seq, fl, buf); err != nil {
 			return err
 		}
 		if !background {
@@ -283,7 +324,7 @@ func frameLine(line, frame []byte) []byte {
 // enqueue queues a frame received on rd for Frames, waiting for room. Once rd's
 // connection has ended it queues the frame without waiting (it was received: it is
 // never dropped) and returns rd's error; once the link has ended it fails.
-func (c *Client) enqueue(rd *connReader, seq uint64, line []byte) error {
+func (c *Client) enqueue(rd *connReader, seq uint64, line, buf []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.err == nil && rd.err == nil && len(c.q) > 0 && (len(c.q) >= queueFrames || c.qBytes+len(line) > queueBytes) {
@@ -292,7 +333,7 @@ func (c *Client) enqueue(rd *connReader, seq uint64, line []byte) error {
 	if c.err != nil {
 		return c.err
 	}
-	c.q = append(c.q, queuedFrame{seq: seq, line: line})
+	c.q = append(c.q, queuedFrame{seq: seq, line: line, buf: buf})
 	c.qBytes += len(line)
 	c.rcond.Broadcast()
 	return rd.err

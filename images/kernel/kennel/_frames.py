@@ -78,13 +78,22 @@ def encode_done_ok(frame_id, result):
     ).encode("utf-8")
 
 
+# The characters encode_basestring_ascii escapes in ASCII text, but the newline, each
+# mapped to NUL: ASCII text with no NUL once translated (str.translate's ASCII fast path,
+# several times faster than the escaping) needs its newlines escaped and nothing else.
+_SPECIAL = str.maketrans({c: "\x00" for c in (*range(0x20), 0x22, 0x5C, 0x7F) if c != 0x0A})
+
+
 def encode_stream(owner, name, text):
-    """encode("stream", owner, name, text), faster: the text is escaped once and copied
-    once more."""
-    return "".join(
-        ('{"event":"stream","id":', _encode_value(owner), ',"name":', _encode_value(name),
-         ',"text":', _encode_str(text), "}\n")
-    ).encode("utf-8")
+    """encode("stream", owner, name, text), byte for byte, faster: plain text (see
+    _SPECIAL) is escaped by one replace, anything else by encode_basestring_ascii."""
+    if text.isascii() and "\x00" not in text.translate(_SPECIAL):
+        parts = ('{"event":"stream","id":', _encode_value(owner), ',"name":', _encode_value(name),
+                 ',"text":"', text.replace("\n", "\\n"), '"}\n')
+    else:
+        parts = ('{"event":"stream","id":', _encode_value(owner), ',"name":', _encode_value(name),
+                 ',"text":', _encode_str(text), "}\n")
+    return "".join(parts).encode("utf-8")
 
 
 def _write_all(fd, data):
