@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // DefaultPingTimeout bounds Connect's first contact with the daemon when
@@ -47,16 +48,8 @@ func Connect(ctx context.Context, o ConnectOptions) (*client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd %s: %w: %w", addr, transports.ErrUnavailable, err)
 	}
-	pctx := ctx
-	if o.PingTimeout >= 0 {
-		d := o.PingTimeout
-		if d == 0 {
-			d = DefaultPingTimeout
-		}
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
+	pctx, cancel := limits.Context(ctx, o.PingTimeout, DefaultPingTimeout)
+	defer cancel()
 	v, err := cli.Version(pctx)
 	if err != nil {
 		cli.Close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -198,21 +197,12 @@ func (t *Transport) runDetached(cl *link.Client, rec transports.Record, task cli
 	id, runDir := rec.Where, rec.RunDir
 	k := &detachedKernel{linked.NewDetached(cl, transports.Info{Transport: Name, ID: id}, rec)}
 	stopped := false
-	signal := func(sig syscall.Signal, all bool) {
-		ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
-		defer cancel()
-		var opts []client.KillOpts
-		if all {
-			opts = append(opts, client.WithKillAll)
-		}
-		_ = task.Kill(ctx, sig, opts...)
-	}
 	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: "detached containerd kernel " + id,
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
-			{Act: func() { stopped = true; signal(syscall.SIGTERM, false) }, Live: true, Grace: transports.ResolveGrace(t.opts.StopGrace)},
-			{Act: func() { signal(syscall.SIGKILL, true) }},
+			{Act: func() { stopped = true; signal(task, syscall.SIGTERM, false) }, Live: true, Grace: transports.ResolveGrace(t.opts.StopGrace)},
+			{Act: func() { signal(task, syscall.SIGKILL, true) }},
 		},
 		Reap: func(seen func() bool) (transports.Exit, error) {
 			<-exited
@@ -250,8 +240,7 @@ func (t *Transport) runDetached(cl *link.Client, rec transports.Record, task cli
 // is errdefs.ErrUnavailable. ctx bounds only the attach.
 func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
 	root := t.opts.RunDir
-	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || rec.Where == "" || root == "" ||
-		filepath.Clean(rec.RunDir) != rec.RunDir || filepath.Dir(rec.RunDir) != filepath.Clean(root) || filepath.Base(rec.RunDir) != rec.Kernel {
+	if !linked.RunRecord(rec, Name, root) {
 		return nil, fmt.Errorf("reattach containerd kernel %q: not a record of this transport's (a container, a run directory under %q): %w", rec.Kernel, root, errdefs.ErrInvalidArgument)
 	}
 	nctx := nsCtx(ctx)
@@ -298,25 +287,15 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 		return nil, fmt.Errorf("reattach containerd kernel %s: wait task: %w", rec.Kernel, classify(err))
 	}
 	exited, result := taskEnd(exitc)
-	cl, err := link.Open(ctx, link.Options{
-		Kernel: rec.Kernel, Token: rec.Token, Grace: t.opts.kernelGrace(), Applied: rec.Applied,
-		Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")),
-	})
+	cl, isGone, err := linked.Reattach(ctx, &rec, t.opts.kernelGrace())
 	if err != nil {
 		evcancel()
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		if isGone {
 			return gone(err)
 		}
 		return nil, fmt.Errorf("reattach containerd kernel %s in container %s: %w", rec.Kernel, rec.Where, err)
 	}
-	h := cl.Hello()
-	if rec.PID > 0 && (h.PID != rec.PID || h.PGID != rec.PGID || h.Leader != rec.Leader) {
-		cl.Close()
-		evcancel()
-		return nil, fmt.Errorf("reattach containerd kernel %s: its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
-			rec.Kernel, h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
-	}
-	rec.PID, rec.PGID, rec.Leader, rec.Grace = h.PID, h.PGID, h.Leader, t.opts.kernelGrace()
+	rec.Grace = t.opts.kernelGrace()
 	return t.runDetached(cl, rec, task, exited, result, oom, evcancel), nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Kernel is a kernel running as a containerd task. It is single use and safe for concurrent
@@ -24,7 +24,7 @@ import (
 type Kernel struct {
 	info   transports.Info
 	stdin  *stdinFIFO
-	stdout *stdoutFIFO
+	stdout *kernelstart.CutReader
 	watch  *transports.Watch
 
 	stderrDone chan struct{} // closed when the stderr FIFO was read to its end
@@ -52,31 +52,22 @@ func newKernel(t *Transport, c client.Container, task client.Task, dio *cio.Dire
 	k := &Kernel{
 		info:       transports.Info{Transport: Name, ID: c.ID()},
 		stdin:      &stdinFIFO{w: dio.Stdin, task: task},
-		stdout:     &stdoutFIFO{r: dio.Stdout, eof: make(chan struct{})},
+		stdout:     kernelstart.NewCutReader(dio.Stdout, func() { _ = dio.Stdout.Close() }),
 		stderrDone: make(chan struct{}),
 	}
 	go func() {
 		defer close(k.stderrDone)
 		_, _ = io.Copy(stderr, dio.Stderr) // the one reader of the stderr FIFO
 	}()
-	signal := func(sig syscall.Signal, all bool) {
-		ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
-		defer cancel()
-		var opts []client.KillOpts
-		if all {
-			opts = append(opts, client.WithKillAll)
-		}
-		_ = task.Kill(ctx, sig, opts...)
-	}
 	stop := transports.ResolveGrace(t.opts.StopGrace)
 	k.watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("containerd kernel %s", c.ID()),
 		Steps: []transports.Step{
 			{Act: func() { _ = k.stdin.Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
-			{Act: func() { k.stopped = true; signal(syscall.SIGTERM, false) }, Live: true, Grace: stop},
-			{Act: func() { signal(syscall.SIGKILL, true) }, Grace: 2 * time.Second},
+			{Act: func() { k.stopped = true; signal(task, syscall.SIGTERM, false) }, Live: true, Grace: stop},
+			{Act: func() { signal(task, syscall.SIGKILL, true) }, Grace: 2 * time.Second},
 			// Still not seen to end: a shim that cannot write the output nobody reads.
-			{Act: func() { k.stdout.cut() }},
+			{Act: func() { k.stdout.Cut() }},
 		},
 		Reap: func(seen func() bool) (transports.Exit, error) {
 			st := <-exitc
@@ -107,6 +98,18 @@ func newKernel(t *Transport, c client.Container, task client.Task, dio *cio.Dire
 		},
 	})
 	return k
+}
+
+// signal sends sig to task's process, or with all to every process of its container, and
+// does not wait for the shim's answer past 10 s.
+func signal(task client.Task, sig syscall.Signal, all bool) {
+	ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
+	defer cancel()
+	var opts []client.KillOpts
+	if all {
+		opts = append(opts, client.WithKillAll)
+	}
+	_ = task.Kill(ctx, sig, opts...)
 }
 
 // Stdin is the kernel's standard input, the stdin FIFO. Close ends it: our write end
@@ -149,50 +152,13 @@ func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 // drain waits up to d for Stdout to be read to its end, then cuts it; then waits up to d for
 // stderr's end and closes its FIFO.
 func (k *Kernel) drain(d time.Duration) {
+	k.stdout.Drain(d)
 	t := time.NewTimer(d)
-	select {
-	case <-k.stdout.eof:
-	case <-t.C:
-	}
-	t.Stop()
-	k.stdout.cut()
-	t = time.NewTimer(d)
 	select {
 	case <-k.stderrDone:
 	case <-t.C:
 	}
 	t.Stop()
-}
-
-// stdoutFIFO is the read end of the stdout FIFO. Once cut, reads end with EOF.
-type stdoutFIFO struct {
-	r       io.ReadCloser
-	isCut   atomic.Bool
-	eofOnce sync.Once
-	eof     chan struct{} // closed once a read returned an error (EOF): drained
-}
-
-func (s *stdoutFIFO) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil {
-		s.eofOnce.Do(func() { close(s.eof) })
-		if s.isCut.Load() {
-			return n, io.EOF
-		}
-	}
-	return n, err
-}
-
-// cut closes the read end unless it was read to its end.
-func (s *stdoutFIFO) cut() {
-	select {
-	case <-s.eof:
-		return
-	default:
-	}
-	if s.isCut.CompareAndSwap(false, true) {
-		_ = s.r.Close()
-	}
 }
 
 // stdinFIFO is the write end of the stdin FIFO.

@@ -50,13 +50,11 @@ type SweepResult struct {
 // another host, are kept. Errors of single removals are joined; the rest go on.
 func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	if o.Self.IsZero() {
-		self, err := docker.Self()
-		if err != nil {
-			return res, err
-		}
-		o.Self = self
+	self, err := o.Self.OrSelf()
+	if err != nil {
+		return res, err
 	}
+	o.Self = self
 	if o.Snapshotter == "" {
 		o.Snapshotter = DefaultSnapshotter
 	}

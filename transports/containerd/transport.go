@@ -22,7 +22,6 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 )
@@ -52,13 +51,11 @@ func New(cli *client.Client, opts Options) (*Transport, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if opts.Controller.IsZero() {
-		self, err := docker.Self()
-		if err != nil {
-			return nil, err
-		}
-		opts.Controller = self
+	self, err := opts.Controller.OrSelf()
+	if err != nil {
+		return nil, err
 	}
+	opts.Controller = self
 	if opts.Runtime == "" {
 		opts.Runtime = DefaultRuntime
 	}

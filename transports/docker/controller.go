@@ -75,6 +75,14 @@ var errNoProc = errors.New("no such process")
 // Self returns this process's identity.
 func Self() (Controller, error) { return Process(os.Getpid()) }
 
+// OrSelf is c, or this process's identity (Self) when c is the zero value.
+func (c Controller) OrSelf() (Controller, error) {
+	if c.IsZero() {
+		return Self()
+	}
+	return c, nil
+}
+
 // Process returns the identity of the live process pid on this host.
 func Process(pid int) (Controller, error) {
 	host, err := os.Hostname()

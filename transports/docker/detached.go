@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -284,21 +282,11 @@ func (t *Transport) waitContainer(ctx context.Context, id string) (exited <-chan
 func (t *Transport) runDetached(cl *link.Client, rec transports.Record, exited <-chan struct{}, result func() (transports.Exit, error), stopWait context.CancelFunc) *detachedKernel {
 	id, runDir := rec.Where, rec.RunDir
 	k := &detachedKernel{Detached: linked.NewDetached(cl, transports.Info{Transport: Name, ID: id}, rec), stopWait: stopWait}
-	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
-	if t.opts.StopGrace < 0 {
-		stop = 0
-	}
 	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("detached docker kernel %.12s", id),
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
-			{Act: func() {
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
-				}()
-			}, Grace: time.Duration(stop+2) * time.Second},
+			t.stopStep(id),
 			{Act: func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
@@ -360,8 +348,7 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 // reattachRun is Reattach in run mode.
 func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (transports.Kernel, error) {
 	root := t.opts.RunDir
-	if rec.Transport != Name || rec.Kernel == "" || rec.Token == "" || rec.Where == "" || root == "" ||
-		filepath.Clean(rec.RunDir) != rec.RunDir || filepath.Dir(rec.RunDir) != filepath.Clean(root) || filepath.Base(rec.RunDir) != rec.Kernel {
+	if !linked.RunRecord(rec, Name, root) {
 		return nil, fmt.Errorf("reattach docker kernel %q: not a record of this transport's (a container, a run directory under %q): %w", rec.Kernel, root, cerrdefs.ErrInvalidArgument)
 	}
 	ins, err := t.cli.ContainerInspect(ctx, rec.Where, client.ContainerInspectOptions{})
@@ -386,25 +373,14 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	wctx, stopWait := context.WithCancel(context.Background())
 	exited, result := t.waitContainer(wctx, rec.Where)
-	cl, err := link.Open(ctx, link.Options{
-		Kernel: rec.Kernel, Token: rec.Token, Grace: kernelGrace(t.opts.KernelGrace), Applied: rec.Applied,
-		Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")),
-	})
+	cl, isGone, err := linked.Reattach(ctx, &rec, kernelGrace(t.opts.KernelGrace))
 	if err != nil {
 		stopWait()
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		if isGone {
 			return gone(err)
 		}
 		return nil, fmt.Errorf("reattach docker kernel %s in container %.12s: %w", rec.Kernel, rec.Where, err)
 	}
-	h := cl.Hello()
-	if rec.PID > 0 && (h.PID != rec.PID || h.PGID != rec.PGID || h.Leader != rec.Leader) {
-		cl.Close()
-		stopWait()
-		return nil, fmt.Errorf("reattach docker kernel %s: its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
-			rec.Kernel, h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
-	}
-	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
 	k := t.runDetached(cl, rec, exited, result, stopWait)
 	k.SetJobOutDir(jobOutDirOf(ins.Container.HostConfig))
 	return k, nil

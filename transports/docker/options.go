@@ -11,6 +11,7 @@ import (
 
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Defaults of the lock-down, each loosened by a field of Options.
@@ -200,15 +201,8 @@ func hostDirOf(mounts []pathmap.Mount, dir string) (string, bool) {
 	return filepath.Join(m.Host, rel), true
 }
 
-func limit(v, def int64) int64 {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
-}
+// limit is an option field's limit under the options' rule (limits.Of).
+var limit = limits.Of
 
 // check refuses options that cannot work, before anything runs.
 func (o Options) check() error {

@@ -107,21 +107,10 @@ func (t *Transport) startRun(ctx context.Context, bc bundleCache, spec transport
 		}
 	}()
 	k := newKernel(transports.Info{Transport: Name, ID: id, JobOutDir: jobOutDirOf(opts.HostConfig)}, att.HijackedResponse, spec.Stderr)
-	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
-	if t.opts.StopGrace < 0 {
-		stop = 0
-	}
 	k.watchWith(transports.ResolveGrace(t.opts.StdinGrace), transports.WatchSpec{
 		Steps: []transports.Step{
 			{Act: func() { k.stopped = true }, Live: true},
-			// The stop runs on: its SIGKILL comes stop seconds after its SIGTERM.
-			{Act: func() {
-				go func() {
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-					defer cancel()
-					_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
-				}()
-			}, Grace: time.Duration(stop+2) * time.Second},
+			t.stopStep(id),
 			// Still not seen to end: an engine holds the container's end back while it
 			// cannot write the output nobody reads. Drop the stream, and that Stdout.
 			{Act: func() { k.conn.Close(); k.cut() }},
@@ -167,6 +156,23 @@ func (t *Transport) removeSoon(ctx context.Context, id string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	_ = remove(rctx, t.cli, id)
+}
+
+// stopStep is Kill's stop stage for container id: ContainerStop, SIGTERM and SIGKILL
+// Options.StopGrace (in whole seconds; negative: none) later, then 2 s for its end. The
+// stop runs on past the stage.
+func (t *Transport) stopStep(id string) transports.Step {
+	stop := int(math.Ceil(transports.ResolveGrace(t.opts.StopGrace).Seconds()))
+	if t.opts.StopGrace < 0 {
+		stop = 0
+	}
+	return transports.Step{Act: func() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, _ = t.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop})
+		}()
+	}, Grace: time.Duration(stop+2) * time.Second}
 }
 
 // reap waits for the container to stop and reads how it ended.

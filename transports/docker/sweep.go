@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // SweepOptions say which kennel containers Sweep removes.
@@ -49,13 +50,11 @@ type SweepResult struct {
 // joined; the rest go on.
 func Sweep(ctx context.Context, cli client.APIClient, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	if o.Self.IsZero() {
-		self, err := Self()
-		if err != nil {
-			return res, err
-		}
-		o.Self = self
+	self, err := o.Self.OrSelf()
+	if err != nil {
+		return res, err
 	}
+	o.Self = self
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: make(client.Filters).Add("label", LabelKennel+"=1"),
@@ -154,16 +153,8 @@ func Connect(ctx context.Context, o ConnectOptions) (*client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker engine: %w: %w", transports.ErrUnavailable, err)
 	}
-	pctx := ctx
-	if o.PingTimeout >= 0 {
-		d := o.PingTimeout
-		if d == 0 {
-			d = DefaultPingTimeout
-		}
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
+	pctx, cancel := limits.Context(ctx, o.PingTimeout, DefaultPingTimeout)
+	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
 		if cause := context.Cause(ctx); cause != nil {

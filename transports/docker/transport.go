@@ -40,13 +40,11 @@ func New(cli client.APIClient, opts Options) (*Transport, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if opts.Controller.IsZero() {
-		self, err := Self()
-		if err != nil {
-			return nil, err
-		}
-		opts.Controller = self
+	self, err := opts.Controller.OrSelf()
+	if err != nil {
+		return nil, err
 	}
+	opts.Controller = self
 	opts.Mounts = append(opts.Mounts[:0:0], opts.Mounts...)
 	exec := opts.Container != ""
 	if opts.RunDir != "" {

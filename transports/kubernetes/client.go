@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // DefaultPingTimeout bounds Connect's first contact with the API server when
@@ -98,16 +99,8 @@ func Connect(ctx context.Context, o ConnectOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	pctx := ctx
-	if o.PingTimeout >= 0 {
-		d := o.PingTimeout
-		if d == 0 {
-			d = DefaultPingTimeout
-		}
-		var cancel context.CancelFunc
-		pctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
+	pctx, cancel := limits.Context(ctx, o.PingTimeout, DefaultPingTimeout)
+	defer cancel()
 	if err := c.clientset.Discovery().RESTClient().Get().AbsPath("/version").Do(pctx).Error(); err != nil {
 		if cause := context.Cause(ctx); cause != nil {
 			return nil, fmt.Errorf("kubernetes %s: %w", cfg.Host, cause)

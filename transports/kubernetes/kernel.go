@@ -6,8 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Kernel is a kernel running as an exec in a pod of its own. It is single use and safe
@@ -24,7 +23,7 @@ type Kernel struct {
 	pod    string
 	info   transports.Info
 	stream *execStream
-	stdout *stdout
+	stdout *kernelstart.CutReader
 	watch  *transports.Watch
 
 	// stopped is set when Kill deleted the pod before the kernel's end was seen (its
@@ -48,7 +47,7 @@ func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 		pod:    pod.Name,
 		info:   transports.Info{Transport: Name, ID: t.ns + "/" + pod.Name},
 		stream: s,
-		stdout: &stdout{s: s, eof: make(chan struct{})},
+		stdout: kernelstart.NewCutReader(s, s.cut),
 	}
 	stop := transports.ResolveGrace(t.opts.StopGrace)
 	k.watch = transports.NewWatch(transports.WatchSpec{
@@ -60,7 +59,7 @@ func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 			{Act: func() { k.stopped = true; k.deletePod(t.opts.stopSeconds()) }, Live: true, Grace: stop + 2*time.Second},
 			{Act: func() { k.deletePod(0) }, Grace: 5 * time.Second},
 			// Still not seen to end: a stream that cannot deliver output nobody reads.
-			{Act: func() { s.Close(); k.stdout.cut() }},
+			{Act: func() { s.Close(); k.stdout.Cut() }},
 		},
 		Reap: func(seen func() bool) (transports.Exit, error) {
 			<-s.Done()
@@ -82,7 +81,7 @@ func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 			return exit, err
 		},
 		Release: func(_ transports.Exit, err error) error {
-			k.drain(2 * time.Second)
+			k.stdout.Drain(2 * time.Second)
 			s.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -245,49 +244,8 @@ func (k *Kernel) Exit() transports.Exit { return k.watch.Exit() }
 // and the stages go on.
 func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 
-// drain waits up to d for Stdout to be read to its end, then cuts it.
-func (k *Kernel) drain(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-k.stdout.eof:
-	case <-t.C:
-	}
-	k.stdout.cut()
-}
-
 // stdin is the kernel's stdin: Close closes the exec's stdin alone.
 type stdin struct{ s *execStream }
 
 func (w stdin) Write(p []byte) (int, error) { return w.s.Write(p) }
 func (w stdin) Close() error                { return w.s.CloseWrite() }
-
-// stdout is the exec's stdout; once cut, reads end with EOF.
-type stdout struct {
-	s     *execStream
-	once  sync.Once
-	eof   chan struct{} // closed once a read returned an error: drained
-	isCut atomic.Bool
-}
-
-func (r *stdout) Read(p []byte) (int, error) {
-	n, err := r.s.Read(p)
-	if err != nil {
-		r.once.Do(func() { close(r.eof) })
-		if r.isCut.Load() {
-			return n, io.EOF
-		}
-	}
-	return n, err
-}
-
-// cut closes the stream's stdout unless it was read to its end.
-func (r *stdout) cut() {
-	select {
-	case <-r.eof:
-		return
-	default:
-	}
-	r.isCut.Store(true)
-	r.s.cut()
-}

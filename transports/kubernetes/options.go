@@ -14,6 +14,7 @@ import (
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Defaults of the lock-down and of the pods' lifetime, each changed by a field of Options.
@@ -200,15 +201,8 @@ func (o Options) HostFiles() error {
 	return nil
 }
 
-func limit(v, def int64) int64 {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
-}
+// limit is an option field's limit under the options' rule (limits.Of).
+var limit = limits.Of
 
 // stopSeconds is the pod's termination grace in whole seconds, at least 1.
 func (o Options) stopSeconds() int64 {

@@ -53,13 +53,11 @@ type SweepResult struct {
 // removals are joined; the rest go on.
 func Sweep(ctx context.Context, cli *Client, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	if o.Self.IsZero() {
-		self, err := docker.Self()
-		if err != nil {
-			return res, err
-		}
-		o.Self = self
+	self, err := o.Self.OrSelf()
+	if err != nil {
+		return res, err
 	}
+	o.Self = self
 	ns := o.Namespace
 	if ns == "" {
 		ns = cli.Namespace()

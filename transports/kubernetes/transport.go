@@ -21,7 +21,6 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
@@ -63,13 +62,11 @@ func New(cli *Client, opts Options) (*Transport, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	if opts.Controller.IsZero() {
-		self, err := docker.Self()
-		if err != nil {
-			return nil, err
-		}
-		opts.Controller = self
+	self, err := opts.Controller.OrSelf()
+	if err != nil {
+		return nil, err
 	}
+	opts.Controller = self
 	b, err := images.Stub()
 	if err != nil {
 		return nil, err

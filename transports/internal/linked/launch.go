@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
@@ -93,3 +96,34 @@ func (k *Detached) Record() transports.Record {
 
 // Link is the kernel's link.
 func (k *Detached) Link() *link.Client { return k.client }
+
+// RunRecord reports whether rec can be a record of a detached kernel of the container
+// transport name: a kernel, its token and its container (Where), and a run directory on
+// this host that is root's child named for the kernel.
+func RunRecord(rec transports.Record, name, root string) bool {
+	return rec.Transport == name && rec.Kernel != "" && rec.Token != "" && rec.Where != "" && root != "" &&
+		filepath.Clean(rec.RunDir) == rec.RunDir && filepath.Dir(rec.RunDir) == filepath.Clean(root) && filepath.Base(rec.RunDir) == rec.Kernel
+}
+
+// Reattach opens the link to the detached kernel rec records again: its kernel.sock in
+// rec.RunDir, with the record's token and frames applied and grace as the kernel's. gone
+// reports an error that proves the kernel gone (no socket, or none listening). A hello
+// naming another process than the record's (rec.PID set) is link.ErrBadHello, the link
+// closed. On success rec's pid, group and leader are the hello's.
+func Reattach(ctx context.Context, rec *transports.Record, grace time.Duration) (cl *link.Client, gone bool, err error) {
+	cl, err = link.Open(ctx, link.Options{
+		Kernel: rec.Kernel, Token: rec.Token, Grace: grace, Applied: rec.Applied,
+		Dial: link.DialUnix(filepath.Join(rec.RunDir, "kernel.sock")),
+	})
+	if err != nil {
+		return nil, errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED), err
+	}
+	h := cl.Hello()
+	if rec.PID > 0 && (h.PID != rec.PID || h.PGID != rec.PGID || h.Leader != rec.Leader) {
+		cl.Close()
+		return nil, false, fmt.Errorf("its hello names pid %d (group %d, start %d), the record %d (group %d, start %d): %w",
+			h.PID, h.PGID, h.Leader, rec.PID, rec.PGID, rec.Leader, link.ErrBadHello)
+	}
+	rec.PID, rec.PGID, rec.Leader = h.PID, h.PGID, h.Leader
+	return cl, false, nil
+}

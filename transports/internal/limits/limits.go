@@ -1,0 +1,30 @@
+// Package limits is the rule the container transports' option fields share: zero means
+// the transport's default, a negative value means none, any other is itself. It serves
+// resource limits (memory, CPU, pids, tmpfs sizes) and the timeouts of a first contact
+// with an engine, daemon or API server.
+package limits
+
+import (
+	"context"
+	"time"
+)
+
+// Of is v under the rule: def when v is 0, 0 (none) when v is negative, else v.
+func Of(v, def int64) int64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// Context is ctx bounded by d under the rule (def when d is 0; ctx alone when d is
+// negative), and its cancel.
+func Context(ctx context.Context, d, def time.Duration) (context.Context, context.CancelFunc) {
+	if d < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Duration(Of(int64(d), int64(def))))
+}
