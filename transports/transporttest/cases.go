@@ -96,16 +96,7 @@ func testCellRoundTrip(t *testing.T, s *suite) {
 // cell's output and done arrive once, and the namespace is intact. Only for transports
 // whose kernels are Detached (they expose their link.Client as Link).
 func testCutAndReattach(t *testing.T, s *suite) {
-	tr := s.newTransport(t)
-	if !tr.Capabilities().Detached {
-		t.Skip("kernels not detached: no link to cut")
-	}
-	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
-	l, ok := ss.k.(interface{ Link() *link.Client })
-	if !ok {
-		t.Fatalf("a detached kernel (%T) has no Link", ss.k)
-	}
+	ss, l := startDetached[interface{ Link() *link.Client }](t, s, "no link to cut", "has no Link")
 	ss.value(t, "before = 41")
 	id, err := ss.c.Send("x = before + 1\nimport time; time.sleep(1.5)\nprint(x)")
 	if err != nil {
@@ -130,16 +121,7 @@ func testCutAndReattach(t *testing.T, s *suite) {
 // link's outbox), and the cell that waited on it prints the answer once. Only for
 // transports whose kernels are Detached.
 func testHostCallAcrossACut(t *testing.T, s *suite) {
-	tr := s.newTransport(t)
-	if !tr.Capabilities().Detached {
-		t.Skip("kernels not detached: no link to cut")
-	}
-	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
-	l, ok := ss.k.(interface{ Link() *link.Client })
-	if !ok {
-		t.Fatalf("a detached kernel (%T) has no Link", ss.k)
-	}
+	ss, l := startDetached[interface{ Link() *link.Client }](t, s, "no link to cut", "has no Link")
 	id, err := ss.c.Send("import kennel\nr = kennel.host_request('echo', n=7)\nprint('answer', r['n'])")
 	if err != nil {
 		t.Fatal(err)
@@ -170,16 +152,7 @@ func testHostCallAcrossACut(t *testing.T, s *suite) {
 // (errdefs.ErrNotFound). Only for transports whose kernels are Detached; those must be
 // Detachable and their Transport a Reattacher.
 func testDetachAndReattach(t *testing.T, s *suite) {
-	tr := s.newTransport(t)
-	if !tr.Capabilities().Detached {
-		t.Skip("kernels not detached: nothing to reattach to")
-	}
-	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
-	dk, ok := ss.k.(transports.Detachable)
-	if !ok {
-		t.Fatalf("a detached kernel (%T) is not transports.Detachable", ss.k)
-	}
+	ss, dk := startDetached[transports.Detachable](t, s, "nothing to reattach to", "is not transports.Detachable")
 	ss.value(t, "y = 6 * 7")
 	id, err := ss.c.Send("import time; time.sleep(1)\nprint('late', y)")
 	if err != nil {
@@ -190,7 +163,7 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 		t.Fatalf("detach: %v", err)
 	}
 	rec := dk.Record()
-	if rec.Transport != tr.Name() || rec.Kernel == "" || rec.Token == "" || rec.RunDir == "" {
+	if rec.Transport != ss.tr.Name() || rec.Kernel == "" || rec.Token == "" || rec.RunDir == "" {
 		t.Fatalf("record %+v: transport, kernel, token and run directory are required", rec)
 	}
 	ss2, again := s.reattach(t, ss, rec)
@@ -219,16 +192,7 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 // at the new controller's attach, and never reaches the new controller: it runs at most
 // once. Only for transports whose kernels are Detached.
 func testHostCallOfAReplacedController(t *testing.T, s *suite) {
-	tr := s.newTransport(t)
-	if !tr.Capabilities().Detached {
-		t.Skip("kernels not detached: no controller to replace")
-	}
-	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
-	dk, ok := ss.k.(transports.Detachable)
-	if !ok {
-		t.Fatalf("a detached kernel (%T) is not transports.Detachable", ss.k)
-	}
+	ss, dk := startDetached[transports.Detachable](t, s, "no controller to replace", "is not transports.Detachable")
 	id, err := ss.c.Send("import kennel\ntry:\n    kennel.host_request('echo', n=7)\nexcept kennel.HostError as e:\n    print('code', e.code)")
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +219,24 @@ func testHostCallOfAReplacedController(t *testing.T, s *suite) {
 	if out != "code unknown\n" {
 		t.Fatalf("the cell's output %q, want its host call failed with code unknown", out)
 	}
+}
+
+// startDetached starts a kernel on a fresh transport of the suite's and reads its hello,
+// or skips the test (saying why) when the transport's kernels are not detached. A
+// detached kernel must be a K (lacks says how it is not); it is returned as one.
+func startDetached[K any](t *testing.T, s *suite, why, lacks string) (*session, K) {
+	t.Helper()
+	tr := s.newTransport(t)
+	if !tr.Capabilities().Detached {
+		t.Skip("kernels not detached: " + why)
+	}
+	ss := s.start(t, tr, s.spec(t))
+	ss.hello(t, s.bundle)
+	k, ok := ss.k.(K)
+	if !ok {
+		t.Fatalf("a detached kernel (%T) %s", ss.k, lacks)
+	}
+	return ss, k
 }
 
 // reattach reaches the kernel of rec again through a fresh Transport of the suite's (what
