@@ -132,9 +132,7 @@ func decode(data []byte) (*Transport, []error) {
 		raw := fields[key]
 		switch key {
 		case "local":
-			l, lerrs := subObject[Local]("local", raw)
-			errs = append(errs, lerrs...)
-			t.Local = l
+			errs = into(&t.Local, key, raw, errs)
 		case "argvPrefix":
 			var serrs []error
 			t.ArgvPrefix, serrs = stringList("argvPrefix", raw)
@@ -143,21 +141,13 @@ func decode(data []byte) (*Transport, []error) {
 				t.ArgvPrefix = []string{} // present: the kind is named, Validate says why it is bad
 			}
 		case "docker":
-			d, derrs := subObject[Docker]("docker", raw)
-			errs = append(errs, derrs...)
-			t.Docker = d
+			errs = into(&t.Docker, key, raw, errs)
 		case "ssh":
-			s, serrs := subObject[SSH]("ssh", raw)
-			errs = append(errs, serrs...)
-			t.SSH = s
+			errs = into(&t.SSH, key, raw, errs)
 		case "containerd":
-			c, cerrs := subObject[Containerd]("containerd", raw)
-			errs = append(errs, cerrs...)
-			t.Containerd = c
+			errs = into(&t.Containerd, key, raw, errs)
 		case "kubernetes":
-			k, kerrs := subObject[Kubernetes]("kubernetes", raw)
-			errs = append(errs, kerrs...)
-			t.Kubernetes = k
+			errs = into(&t.Kubernetes, key, raw, errs)
 		case "python":
 			one("python", raw, &t.Python)
 		case "pathMap":
@@ -180,6 +170,14 @@ func decode(data []byte) (*Transport, []error) {
 		}
 	}
 	return t, errs
+}
+
+// into decodes raw, the object of field, into *dst (subObject) and returns errs with what
+// it refuses added.
+func into[T any](dst **T, field string, raw json.RawMessage, errs []error) []error {
+	v, verrs := subObject[T](field, raw)
+	*dst = v
+	return append(errs, verrs...)
 }
 
 // unknown is the error of a field no description has.

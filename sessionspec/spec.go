@@ -157,13 +157,7 @@ type Kubernetes struct {
 
 func (k *Kubernetes) check() []error {
 	var errs []error
-	named := map[string]bool{}
-	add := func(e error) {
-		if fe, ok := e.(*FieldError); ok && !named[fe.Field] {
-			named[fe.Field] = true
-			errs = append(errs, e)
-		}
-	}
+	add := firstPerField(&errs)
 	for _, f := range []struct{ name, v string }{{"kubeconfig", k.Kubeconfig}, {"context", k.Context}, {"namespace", k.Namespace},
 		{"image", k.Image}, {"node", k.Node}, {"network", k.Network}, {"user", k.User}} {
 		if strings.IndexByte(f.v, 0) >= 0 || strings.TrimSpace(f.v) != f.v {
@@ -198,6 +192,18 @@ func (k *Kubernetes) check() []error {
 		}
 	}
 	return errs
+}
+
+// firstPerField returns the add of a kind's check: it keeps one error a field in *errs,
+// the first found, which says what is wrong with it.
+func firstPerField(errs *[]error) func(error) {
+	named := map[string]bool{}
+	return func(e error) {
+		if fe, ok := e.(*FieldError); ok && !named[fe.Field] {
+			named[fe.Field] = true
+			*errs = append(*errs, e)
+		}
+	}
 }
 
 // MemoryBytes is Memory in bytes: 0 for the default, -1 for none.
@@ -271,23 +277,14 @@ func (t *Transport) Kind() (string, error) {
 		return KindLocal, nil
 	}
 	var kinds []string
-	if t.Local != nil {
-		kinds = append(kinds, KindLocal)
-	}
-	if t.ArgvPrefix != nil {
-		kinds = append(kinds, KindWrapped)
-	}
-	if t.Docker != nil {
-		kinds = append(kinds, KindDocker)
-	}
-	if t.SSH != nil {
-		kinds = append(kinds, KindSSH)
-	}
-	if t.Containerd != nil {
-		kinds = append(kinds, KindContainerd)
-	}
-	if t.Kubernetes != nil {
-		kinds = append(kinds, KindKubernetes)
+	for _, k := range []struct {
+		kind string
+		set  bool
+	}{{KindLocal, t.Local != nil}, {KindWrapped, t.ArgvPrefix != nil}, {KindDocker, t.Docker != nil},
+		{KindSSH, t.SSH != nil}, {KindContainerd, t.Containerd != nil}, {KindKubernetes, t.Kubernetes != nil}} {
+		if k.set {
+			kinds = append(kinds, k.kind)
+		}
 	}
 	switch len(kinds) {
 	case 1:
@@ -514,14 +511,7 @@ func numericUser(field, user string) (uid, gid int, numeric bool, err error) {
 
 func (c *Containerd) check() []error {
 	var errs []error
-	named := map[string]bool{}
-	add := func(e error) {
-		// One error a field: the first found says what is wrong with it.
-		if fe, ok := e.(*FieldError); ok && !named[fe.Field] {
-			named[fe.Field] = true
-			errs = append(errs, e)
-		}
-	}
+	add := firstPerField(&errs)
 	for _, f := range []struct{ name, v string }{{"address", c.Address}, {"image", c.Image}, {"user", c.User}, {"network", c.Network}} {
 		if strings.IndexByte(f.v, 0) >= 0 || strings.TrimSpace(f.v) != f.v {
 			add(bad("containerd."+f.name, "%q has a NUL byte or surrounding space", f.v))
