@@ -26,7 +26,10 @@ const (
 	maxCodeBody = protocol.MaxLine
 	// maxQueued bounds the streamed output waiting for a slow client; past it output
 	// is counted in a "dropped" event (the final reply still carries the bounded output).
-	maxQueued = 16 << 20
+	// As large as a detached kernel's outbox (64 MiB), which held the backlog while the
+	// daemon read slower than a kernel writes: now that it reads as fast, a client that
+	// falls behind for a moment (a loaded host) is held here instead.
+	maxQueued = 64 << 20
 )
 
 // budgetOf turns a request's budget into a duration.
