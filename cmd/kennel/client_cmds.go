@@ -43,6 +43,18 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// printList prints a list verb's reply: with --json the API's list object v, else a table
+// of header and the lines rows writes (tab-separated cells).
+func (f *clientFlags) printList(w io.Writer, v any, header string, rows func(tw io.Writer)) error {
+	if f.json {
+		return printJSON(w, v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	return tw.Flush()
+}
+
 // splitJobRef splits "SESSION/JOB".
 func splitJobRef(ref string) (string, string, error) {
 	s, j, ok := strings.Cut(ref, "/")
@@ -65,16 +77,12 @@ func newPsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), api.SessionList{Sessions: l})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SESSION\tSTATE\tTRANSPORT\tJOBS\tCREATED\tCWD")
-			for _, s := range l {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, strOr(s.Kernel.State), strOr(s.Kernel.Transport),
-					intOr(s.Kernel.LiveJobCount), time.UnixMilli(s.CreatedAt).Format(time.DateTime), s.Cwd)
-			}
-			return tw.Flush()
+			return f.printList(cmd.OutOrStdout(), api.SessionList{Sessions: l}, "SESSION\tSTATE\tTRANSPORT\tJOBS\tCREATED\tCWD", func(tw io.Writer) {
+				for _, s := range l {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, strOr(s.Kernel.State), strOr(s.Kernel.Transport),
+						intOr(s.Kernel.LiveJobCount), time.UnixMilli(s.CreatedAt).Format(time.DateTime), s.Cwd)
+				}
+			})
 		},
 	}
 	f.add(cmd)
@@ -267,24 +275,20 @@ func newJobsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), api.JobList{Jobs: l})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tSTATE\tPID\tSTARTED\tEND\tCOMMAND")
-			for _, j := range l {
-				end := "-"
-				if j.End != nil {
-					end = j.End.Text
+			return f.printList(cmd.OutOrStdout(), api.JobList{Jobs: l}, "JOB\tSTATE\tPID\tSTARTED\tEND\tCOMMAND", func(tw io.Writer) {
+				for _, j := range l {
+					end := "-"
+					if j.End != nil {
+						end = j.End.Text
+					}
+					cmdText := strings.ReplaceAll(j.Command, "\n", " ")
+					if r := []rune(cmdText); len(r) > 60 {
+						cmdText = string(r[:59]) + "…"
+					}
+					fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", args[0], j.ID, j.State, intOr(j.PID),
+						time.UnixMilli(j.StartedAt).Format(time.TimeOnly), end, cmdText)
 				}
-				cmdText := strings.ReplaceAll(j.Command, "\n", " ")
-				if r := []rune(cmdText); len(r) > 60 {
-					cmdText = string(r[:59]) + "…"
-				}
-				fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", args[0], j.ID, j.State, intOr(j.PID),
-					time.UnixMilli(j.StartedAt).Format(time.TimeOnly), end, cmdText)
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	f.add(cmd)

@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/kennel-dev/kennel/api"
 	"github.com/spf13/cobra"
@@ -27,20 +27,16 @@ started for it. A program calls one with POST /sessions/{id}/functions/{name}.`,
 			if err != nil {
 				return err
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), api.FunctionList{Functions: l})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tARGUMENTS\tMODULE\tDOC")
-			for _, fn := range l {
-				name := fn.Name
-				if fn.Async {
-					name = "async " + name
+			return f.printList(cmd.OutOrStdout(), api.FunctionList{Functions: l}, "NAME\tARGUMENTS\tMODULE\tDOC", func(tw io.Writer) {
+				for _, fn := range l {
+					name := fn.Name
+					if fn.Async {
+						name = "async " + name
+					}
+					doc, _, _ := strings.Cut(fn.Doc, "\n")
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, signature(fn.Schema), fn.Module, doc)
 				}
-				doc, _, _ := strings.Cut(fn.Doc, "\n")
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, signature(fn.Schema), fn.Module, doc)
-			}
-			return tw.Flush()
+			})
 		},
 	}
 	f.add(cmd)

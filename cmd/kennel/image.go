@@ -12,7 +12,6 @@ import (
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
 	ctrd "github.com/kennel-dev/kennel/transports/containerd"
-	"github.com/kennel-dev/kennel/transports/docker"
 )
 
 // newImageCmd is `kennel image build|check`: the Docker transport's kernel image.
@@ -166,20 +165,6 @@ func imageCheck(ctx context.Context, tag string, cd containerdImage, stdout io.W
 	}
 	fmt.Fprintf(stdout, "%s %s current (stub %s)\n", st.Ref, shortImageID(st.ID), st.Want[:12])
 	return nil
-}
-
-// checkImage fails early when the transport's image is missing or stale.
-func checkImage(ctx context.Context, cli client.APIClient, tr *docker.Transport) error {
-	b, err := images.Stub()
-	if err != nil {
-		return err
-	}
-	ref, err := tr.Image()
-	if err != nil {
-		return err
-	}
-	_, err = kernelimage.Check(ctx, cli, ref, b)
-	return err
 }
 
 func shortImageID(id string) string {
