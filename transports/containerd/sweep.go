@@ -187,11 +187,7 @@ func sweepable(labels map[string]string, o SweepOptions) bool {
 	if !ok {
 		return false
 	}
-	if owner == o.Self {
-		return o.Keep == nil || !o.Keep(labels[LabelSession])
-	}
-	alive, known := owner.Alive(o.Self)
-	return known && !alive
+	return owner.Sweepable(o.Self, o.Keep, labels[LabelSession])
 }
 
 // DaemonSweepOptions configure SweepDaemon.

@@ -117,6 +117,17 @@ func startTime(pid int) (uint64, error) {
 	return st.Start, nil
 }
 
+// Sweepable is the owner rule of every sweep, for an object of session whose owner is c:
+// self may remove it when c is self and keep (nil: none) does not keep session, or when
+// c is a controller of self's host known to be gone (Alive).
+func (c Controller) Sweepable(self Controller, keep func(session string) bool, session string) bool {
+	if c == self {
+		return keep == nil || !keep(session)
+	}
+	alive, known := c.Alive(self)
+	return known && !alive
+}
+
 // Alive reports whether the controller c is a live process on this host: same host
 // name and boot, and its pid runs with the same start time. A controller of another
 // host is never judged dead here (ok false): only its own host can tell.

@@ -92,11 +92,7 @@ func sweepable(id string, labels map[string]string, o SweepOptions) bool {
 	if !ok {
 		return false
 	}
-	if owner == o.Self {
-		return o.Keep == nil || !o.Keep(labels[LabelSession])
-	}
-	alive, known := owner.Alive(o.Self)
-	return known && !alive
+	return owner.Sweepable(o.Self, o.Keep, labels[LabelSession])
 }
 
 // remove force-removes a container; one already gone is not an error.

@@ -134,9 +134,5 @@ func sweepable(labels, annotations map[string]string, o SweepOptions) bool {
 	if !ok {
 		return false
 	}
-	if owner == o.Self {
-		return o.Keep == nil || !o.Keep(annotations[AnnotationSession])
-	}
-	alive, known := owner.Alive(o.Self)
-	return known && !alive
+	return owner.Sweepable(o.Self, o.Keep, annotations[AnnotationSession])
 }

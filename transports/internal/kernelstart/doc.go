@@ -2,7 +2,9 @@
 // kernel's environment (Env); the one start block (Block) with the one Python program
 // that reads it (Program), for the transports that send a kernel's directory and
 // environment over stdin (wrapped, ssh) rather than in an argv that ps shows everyone;
-// and the reader of a kernel's output pipe (PipeReader).
+// the reader of a kernel's output pipe (PipeReader); and the cuttable reader of an output
+// stream the transport does not own as a pipe (CutReader: containerd's FIFO, an exec's
+// stdout).
 //
 //	env := kernelstart.Env{Base: []string{"PATH=" + kernelstart.DefaultPath}, Stub: images.KernelEnv(b)}
 //	block, err := kernelstart.Block{Dir: spec.Dir, Env: env.Build(spec.Env)}.Encode()

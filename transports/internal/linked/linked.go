@@ -4,6 +4,10 @@
 // (the link checked protocol 2 itself) and carries the kernel's frames, each once;
 // Stdin's lines go through the link's outbox, and closing Stdin sends `shutdown` (what
 // stdin EOF means to a kernel over stdio) while the link stays up to carry the end.
+//
+// For the container transports (Docker's run mode, containerd) it also has their detached
+// kernel (Detached) and how a later controller reaches one again from its record
+// (RunRecord, Reattach).
 package linked
 
 import (
