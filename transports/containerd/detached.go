@@ -99,22 +99,6 @@ func (n nullStdout) Config() cio.Config {
 	return c
 }
 
-// detachedIO is a detached task's stdio: stdin (the token, then closed) and stderr (what
-// the kernel says before its kernel.log takes over) on FIFOs of dir; stdout /dev/null
-// (nullStdout).
-func detachedIO(dir string) (*cio.DirectIO, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("fifo directory: %w", err)
-	}
-	fifos := cio.NewFIFOSet(cio.Config{Stdin: filepath.Join(dir, "stdin"), Stderr: filepath.Join(dir, "stderr")}, func() error { return os.RemoveAll(dir) })
-	dio, err := cio.NewDirectIO(context.Background(), fifos)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("open fifos: %w", err)
-	}
-	return dio, nil
-}
-
 // attach hands the started task of a detached kernel block on its stdin (the token
 // line, or a pooled kernel's start block), closes it, attaches the kernel's link and makes
 // the kernel. On error the task, its container and run directory are removed.

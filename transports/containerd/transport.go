@@ -257,11 +257,7 @@ func (t *Transport) create(ctx context.Context, spec transports.Spec, pooled boo
 	undo = append(undo, func(ctx context.Context) { _ = st.c.Delete(ctx, client.WithSnapshotCleanup) })
 
 	dir := filepath.Join(t.opts.FIFODir, id)
-	if st.runDir != "" {
-		st.dio, err = detachedIO(dir)
-	} else {
-		st.dio, err = attachedIO(dir)
-	}
+	st.dio, err = taskIO(dir, st.runDir == "") // a detached task's stdout is /dev/null
 	if err != nil {
 		return nil, err
 	}
@@ -317,18 +313,20 @@ func (t *Transport) env(b *images.Bundle, kid string) kernelstart.Env {
 	return env
 }
 
-// attachedIO is an attached task's stdio: stdin, stdout and stderr on FIFOs of dir. They
-// open in the background, once the shim opens its ends (context.Background: they must
-// outlive the start's ctx).
-func attachedIO(dir string) (*cio.DirectIO, error) {
+// taskIO is a task's stdio on FIFOs of dir: stdin and stderr, and stdout when
+// withStdout (an attached task's). A detached task's stdin carries its token, then closes;
+// its stderr is what the kernel says before its kernel.log takes over; its stdout is
+// /dev/null (nullStdout). They open in the background, once the shim opens its ends
+// (context.Background: they must outlive the start's ctx).
+func taskIO(dir string, withStdout bool) (*cio.DirectIO, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("fifo directory: %w", err)
 	}
-	fifos := cio.NewFIFOSet(cio.Config{
-		Stdin:  filepath.Join(dir, "stdin"),
-		Stdout: filepath.Join(dir, "stdout"),
-		Stderr: filepath.Join(dir, "stderr"),
-	}, func() error { return os.RemoveAll(dir) })
+	cfg := cio.Config{Stdin: filepath.Join(dir, "stdin"), Stderr: filepath.Join(dir, "stderr")}
+	if withStdout {
+		cfg.Stdout = filepath.Join(dir, "stdout")
+	}
+	fifos := cio.NewFIFOSet(cfg, func() error { return os.RemoveAll(dir) })
 	dio, err := cio.NewDirectIO(context.Background(), fifos)
 	if err != nil {
 		_ = os.RemoveAll(dir)
