@@ -95,25 +95,27 @@ func (kc *kernelConn) onJobStart(f gate.Frame) {
 	if r.started != nil {
 		r.startMu.Do(func() { close(r.started) })
 	}
+	// The group is verified first and known (r.pgid) by the time the pid is: a Kill
+	// that follows the pid's publication always finds the group to kill.
+	pgid := 0
+	if g := kc.jobs.groups; g != nil {
+		if err := g.VerifyGroup(e.PID, e.PGID); err != nil {
+			level := slog.LevelWarn
+			if errors.Is(err, fs.ErrNotExist) {
+				level = slog.LevelDebug // it has exited already
+			}
+			log.Log(context.Background(), level, "job's process group not verified; only its kernel can kill it", "job", e.ID, "err", err)
+		} else {
+			pgid = e.PGID
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err := r.job.SetPID(e.PID); err != nil {
 		log.Warn("job_start refused", "job", e.ID, "err", err)
 		return
 	}
-	g := kc.jobs.groups
-	if g == nil {
-		return
-	}
-	if err := g.VerifyGroup(e.PID, e.PGID); err != nil {
-		level := slog.LevelWarn
-		if errors.Is(err, fs.ErrNotExist) {
-			level = slog.LevelDebug // it has exited already
-		}
-		log.Log(context.Background(), level, "job's process group not verified; only its kernel can kill it", "job", e.ID, "err", err)
-		return
-	}
-	r.mu.Lock()
-	r.pgid = e.PGID
-	r.mu.Unlock()
+	r.pgid = pgid
 }
 
 func (kc *kernelConn) onJobEnd(f gate.Frame) {

@@ -150,9 +150,11 @@ func checkCommand(command string) error {
 
 // hostKill kills a killed shell job's process group with SIGKILL (through g, the
 // kernel's HostGroups) when it is still there after the grace, and ends the job itself
-// when the kernel has not reported the end after as long again and the group is empty.
+// when the kernel has not reported the end after as long again and the group is empty
+// (looked at every grace, up to hostKillLooks times).
 func (r *jobRun) hostKill(g transports.HostGroups, pgid int) {
 	grace := r.s.opts.JobKillGrace
+	killed := time.Now()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -169,18 +171,28 @@ func (r *jobRun) hostKill(g transports.HostGroups, pgid int) {
 			end = jobs.End{Signal: transports.KillSignal, Killed: true}
 		}
 	}
-	t.Reset(grace)
-	select {
-	case <-r.job.Done():
-		return
-	case <-t.C:
-	}
-	if r.groupAlive(g, pgid) {
-		return // uninterruptible sleep; the kernel's end (or its kernel's) will come
+	// The group's last member may take a while to go after its SIGKILL (a loaded host, a
+	// large exit): look again, every grace, for up to hostKillLooks graces.
+	for look := 0; ; look++ {
+		t.Reset(grace)
+		select {
+		case <-r.job.Done():
+			return
+		case <-t.C:
+		}
+		if !r.groupAlive(g, pgid) {
+			break
+		}
+		if look == hostKillLooks {
+			return // uninterruptible sleep; the kernel's end (or its kernel's) will come
+		}
 	}
 	r.s.log.Warn("kernel did not report the end of a killed job; ending it", "job", r.frameID)
-	r.endWithout(fmt.Errorf("job %s: the kernel did not report its end within %v of its kill: %w", r.job.ID(), 2*grace, ErrEndedByController), end)
+	r.endWithout(fmt.Errorf("job %s: the kernel did not report its end within %v of its kill: %w", r.job.ID(), time.Since(killed).Round(time.Millisecond), ErrEndedByController), end)
 }
+
+// hostKillLooks is how many more graces hostKill looks for a killed group's end.
+const hostKillLooks = 50
 
 // groupAlive asks g whether the job's group pgid has a live member; when g cannot tell,
 // the group is taken for alive.
