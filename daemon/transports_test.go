@@ -346,7 +346,12 @@ func TestServeRemovesTheSpillOfSessionsItNoLongerHas(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(left, "kennel-spill-1"), make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	serve(t, daemon.Options{StateDir: state})
+	r := serve(t, daemon.Options{StateDir: state})
+	// The socket listens from its bind, before the start's sweep; the daemon answers
+	// only after it: an answer proves the sweep ran.
+	if _, err := r.c.Sessions(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(left); !os.IsNotExist(err) {
 		t.Fatalf("a dead session's spill directory survived the daemon's start: %v", err)
 	}
