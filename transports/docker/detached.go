@@ -180,13 +180,19 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 	return c, nil
 }
 
-// Discard removes c's container and run directory.
+// Discard removes c's container and run directory, and returns once the container is gone
+// (or 30 s have passed).
 func (c *detachedContainer) Discard(ctx context.Context) {
 	if c.ns != nil {
 		_ = c.ns.Close()
 	}
 	c.att.Close()
 	c.tr.removeSoon(ctx, c.id)
+	// A removal the engine has under way already (AutoRemove, once the kernel ended at
+	// its stdin's close) answers the force-remove with a conflict: wait for its end.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_ = waitRemoved(wctx, c.tr.cli, c.id)
+	cancel()
 	c.stopWait()
 	_ = os.RemoveAll(c.runDir)
 }
