@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -94,7 +95,11 @@ func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 	p := &Pool{key: tr.poolKey(uid, gid, "")}
 	p.warm = warm.New(warm.Options[*started]{Kind: "containerd", Size: opts.Size, Logger: opts.Logger,
 		Start: func(ctx context.Context) (*started, error) {
-			st, err := tr.create(ctx, transports.Spec{Dir: "/"}, true)
+			// Not cut short by Close (an object made after its request was cancelled
+			// would be nobody's): Close waits for the create instead.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			st, err := tr.create(cctx, transports.Spec{Dir: "/"}, true)
 			if err != nil {
 				return nil, err
 			}

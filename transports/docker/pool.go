@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -176,7 +177,11 @@ func (p *Pool) start(ctx context.Context) (*detachedContainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.tr.prepareDetached(ctx, bc, transports.Spec{Dir: "/"}, p.instance)
+	// Not cut short by Close: a create the engine carried out after its request was
+	// cancelled would leave a container nobody knows of. Close waits for it instead.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	c, err := p.tr.prepareDetached(cctx, bc, transports.Spec{Dir: "/"}, p.instance)
 	if err != nil {
 		return nil, err
 	}
