@@ -239,11 +239,17 @@ func TestAPoolMissStartsCold(t *testing.T) {
 	if k1.Info().Pool != docker.PoolHit {
 		t.Errorf("the first of two: pool %q, want %q", k1.Info().Pool, docker.PoolHit)
 	}
-	if k2.Info().Pool != docker.PoolMiss && pool.Stats().Refills < 2 {
-		t.Errorf("the second of two, with the pool not refilled: pool %q, want %q", k2.Info().Pool, docker.PoolMiss)
+	// The second comes as the pool refills: a hit or a miss, whichever, told as counted.
+	hits := uint64(1)
+	switch k2.Info().Pool {
+	case docker.PoolHit:
+		hits = 2
+	case docker.PoolMiss:
+	default:
+		t.Errorf("the second of two: pool %q, want hit or miss", k2.Info().Pool)
 	}
-	if s := pool.Stats(); s.Hits+s.Misses != 3 || s.Failures != 0 {
-		t.Errorf("after three starts: %+v", s)
+	if s := pool.Stats(); s.Hits != hits || s.Misses != 3-hits || s.Failures != 0 {
+		t.Errorf("after three starts (the second of two a %q): %+v", k2.Info().Pool, s)
 	}
 	// Without a pool, no word.
 	plain := o
