@@ -63,23 +63,13 @@ type Pool struct {
 // this controller or runtime cannot do.
 func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 	o := opts.Kernel
-	switch {
-	case opts.Size < 1:
-		return nil, &transports.FieldError{Field: "PoolOptions.Size", Reason: fmt.Sprintf("%d: a pool keeps at least one kernel", opts.Size)}
-	case o.RunDir == "":
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.RunDir", Reason: "empty: a pool's kernels are detached"}
-	case len(o.Mounts) > 0:
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Mounts", Reason: "a pool's kernels get their session's mounts at hand-out"}
-	case o.Pool != nil:
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Pool", Reason: "a pool's kernels come from no other pool"}
+	if err := warm.Check(warm.Kernel{Kind: "containerd", Size: opts.Size, RunDir: o.RunDir, Mounts: len(o.Mounts), Pooled: o.Pool != nil}); err != nil {
+		return nil, err
 	}
 	switch o.Runtime {
 	case "", DefaultRuntime, "runc", "crun":
 	default:
 		return nil, fmt.Errorf("containerd pool: runtime %q may run containers outside this host's kernel, where a session's directories cannot be mounted at hand-out: %w", o.Runtime, errdefs.ErrUnavailable)
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("containerd pool: a session's directories are mounted into a pooled container at hand-out, which needs a controller running as root: %w", errdefs.ErrUnavailable)
 	}
 	if o.User == "" {
 		o.User = docker.DefaultUser(os.Getuid(), os.Getgid(), nil)

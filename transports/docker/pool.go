@@ -82,26 +82,17 @@ type Pool struct {
 // VM).
 func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	o := opts.Kernel
-	switch {
-	case opts.Size < 1:
-		return nil, &transports.FieldError{Field: "PoolOptions.Size", Reason: fmt.Sprintf("%d: a pool keeps at least one kernel", opts.Size)}
-	case o.RunDir == "":
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.RunDir", Reason: "empty: a pool's kernels are detached"}
-	case o.Container != "":
+	if err := warm.Check(warm.Kernel{Kind: "docker", Size: opts.Size, RunDir: o.RunDir, Mounts: len(o.Mounts), Pooled: o.Pool != nil}); err != nil {
+		return nil, err
+	}
+	if o.Container != "" {
 		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Container", Reason: "a pool's kernels run in containers of their own (run mode)"}
-	case len(o.Mounts) > 0:
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Mounts", Reason: "a pool's kernels get their session's mounts at hand-out"}
-	case o.Pool != nil:
-		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Pool", Reason: "a pool's kernels come from no other pool"}
 	}
 	if !poolRuntime(o.Runtime) {
 		return nil, fmt.Errorf("docker pool: runtime %q runs containers outside this host's kernel, where a session's directories cannot be mounted at hand-out: %w", o.Runtime, cerrdefs.ErrUnavailable)
 	}
 	if cli != nil && !strings.HasPrefix(cli.DaemonHost(), "unix://") {
 		return nil, fmt.Errorf("docker pool: engine %s is not on this host, where a session's directories are mounted at hand-out: %w", cli.DaemonHost(), cerrdefs.ErrUnavailable)
-	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("docker pool: a session's directories are mounted into a pooled container at hand-out, which needs a controller running as root: %w", cerrdefs.ErrUnavailable)
 	}
 	if o.User == "" {
 		o.User = DefaultUser(os.Getuid(), os.Getgid(), nil)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/kennel-dev/kennel/transports"
 )
 
@@ -251,4 +253,37 @@ func WaitSocket(ctx context.Context, sock string, exited <-chan struct{}) error 
 			return fmt.Errorf("%s: not bound within a minute", sock)
 		}
 	}
+}
+
+// Kernel is what a pool's kernel description must be, whatever its transport: Check
+// reads it.
+type Kernel struct {
+	// Kind names the transport in the refusals ("docker").
+	Kind string
+	// Size is the pool's size; RunDir the kernels' run directory root; Mounts how many
+	// mounts the description has; Pooled whether it names a pool itself.
+	Size   int
+	RunDir string
+	Mounts int
+	Pooled bool
+}
+
+// Check refuses a pool no transport keeps: a size under 1, kernels not detached (no
+// RunDir), mounts of its own (a session's come at hand-out) or kernels of another pool,
+// each a *transports.FieldError; and, as errdefs.ErrUnavailable, a controller that is not
+// root (a hand-out mounts in another mount namespace).
+func Check(k Kernel) error {
+	switch {
+	case k.Size < 1:
+		return &transports.FieldError{Field: "PoolOptions.Size", Reason: fmt.Sprintf("%d: a pool keeps at least one kernel", k.Size)}
+	case k.RunDir == "":
+		return &transports.FieldError{Field: "PoolOptions.Kernel.RunDir", Reason: "empty: a pool's kernels are detached"}
+	case k.Mounts > 0:
+		return &transports.FieldError{Field: "PoolOptions.Kernel.Mounts", Reason: "a pool's kernels get their session's mounts at hand-out"}
+	case k.Pooled:
+		return &transports.FieldError{Field: "PoolOptions.Kernel.Pool", Reason: "a pool's kernels come from no other pool"}
+	case os.Geteuid() != 0:
+		return fmt.Errorf("%s pool: a session's directories are mounted into a pooled container at hand-out, which needs a controller running as root: %w", k.Kind, errdefs.ErrUnavailable)
+	}
+	return nil
 }
