@@ -150,9 +150,10 @@ func DecodeEvent(line []byte) (Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, err := m.str("", "event")
-	if err != nil {
-		return nil, err
+	r := &frameReader{m: m}
+	ev := r.str("event")
+	if r.err != nil {
+		return nil, r.err
 	}
 	switch ev {
 	case EventHello:
@@ -185,181 +186,100 @@ func event[T Event](v T, err error) (Event, error) {
 	return v, nil
 }
 
-// parseEvent parses line and checks that its event is want and that it has a string id.
-func parseEvent(want string, line []byte) (fields, error) {
+// decodeAs parses line, checks that its event is want and that it has a string id, and
+// decodes it with decode.
+func decodeAs[T Event](want string, line []byte, decode func(fields) (T, error)) (T, error) {
+	var zero T
 	m, err := parseObject(want, line)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	ev, err := m.str(want, "event")
-	if err != nil {
-		return nil, err
+	r := &frameReader{m: m, frame: want}
+	if ev := r.str("event"); r.err != nil {
+		return zero, r.err
+	} else if ev != want {
+		return zero, &FrameError{Frame: want, Field: "event", Err: fmt.Errorf("%w: got %q", ErrWrongEvent, ev)}
 	}
-	if ev != want {
-		return nil, &FrameError{Frame: want, Field: "event", Err: fmt.Errorf("%w: got %q", ErrWrongEvent, ev)}
+	return decode(m)
+}
+
+// decoded returns v, or the zero value and r's refusal when r refused a field.
+func decoded[T any](r *frameReader, v T) (T, error) {
+	if r.err != nil {
+		var zero T
+		return zero, r.err
 	}
-	return m, nil
+	return v, nil
 }
 
 // DecodeHello decodes a hello event. It does not check the version: see CheckVersion.
-func DecodeHello(line []byte) (Hello, error) {
-	m, err := parseEvent(EventHello, line)
-	if err != nil {
-		return Hello{}, err
-	}
-	return decodeHello(m)
-}
+func DecodeHello(line []byte) (Hello, error) { return decodeAs(EventHello, line, decodeHello) }
 
-func decodeHello(m fields) (h Hello, err error) {
-	const f = EventHello
-	if _, err = m.str(f, "id"); err != nil {
-		return Hello{}, err
-	}
-	if h.Protocol, err = m.integer(f, "protocol"); err != nil {
-		return Hello{}, err
-	}
-	if h.PID, err = m.integer(f, "pid"); err != nil {
-		return Hello{}, err
-	}
-	if h.PID <= 0 {
-		return Hello{}, badField(f, "pid", "%d is not a pid", h.PID)
-	}
-	if h.PGID, err = m.integer(f, "pgid"); err != nil {
-		return Hello{}, err
-	}
-	if h.PGID <= 0 {
-		return Hello{}, badField(f, "pgid", "%d is not a process group", h.PGID)
-	}
-	if h.Python, err = m.str(f, "python"); err != nil {
-		return Hello{}, err
-	}
-	if h.Bundle, err = m.str(f, "bundle"); err != nil {
-		return Hello{}, err
-	}
-	if !isHex(h.Bundle, 64) {
-		return Hello{}, badField(f, "bundle", "not 64 lowercase hex digits")
-	}
-	if raw, ok := m["jobs"]; ok {
+func decodeHello(m fields) (Hello, error) {
+	r := &frameReader{m: m, frame: EventHello}
+	r.str("id")
+	h := Hello{Protocol: r.integer("protocol"), PID: r.integer("pid")}
+	r.check(h.PID <= 0, "pid", "%d is not a pid", h.PID)
+	h.PGID = r.integer("pgid")
+	r.check(h.PGID <= 0, "pgid", "%d is not a process group", h.PGID)
+	h.Python, h.Bundle = r.str("python"), r.str("bundle")
+	r.check(!isHex(h.Bundle, 64), "bundle", "not 64 lowercase hex digits")
+	if raw, ok := m["jobs"]; ok && r.err == nil {
 		if err := json.Unmarshal(raw, &h.Jobs); err != nil {
-			return Hello{}, badField(f, "jobs", "not a list of jobs: %v", err)
+			r.fail("jobs", "not a list of jobs: %v", err)
 		}
-		if len(h.Jobs) > maxHelloJobs {
-			return Hello{}, badField(f, "jobs", "%d jobs (at most %d)", len(h.Jobs), maxHelloJobs)
-		}
+		r.check(len(h.Jobs) > maxHelloJobs, "jobs", "%d jobs (at most %d)", len(h.Jobs), maxHelloJobs)
 		for _, j := range h.Jobs {
-			if j.ID == "" || j.PID <= 0 || j.PGID <= 0 {
-				return Hello{}, badField(f, "jobs", "job %+v has no id, pid or group", j)
-			}
+			r.check(j.ID == "" || j.PID <= 0 || j.PGID <= 0, "jobs", "job %+v has no id, pid or group", j)
 		}
 	}
-	return h, nil
+	return decoded(r, h)
 }
 
 func isHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
+	return len(s) == n && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // DecodeStream decodes a stream event.
-func DecodeStream(line []byte) (Stream, error) {
-	m, err := parseEvent(EventStream, line)
-	if err != nil {
-		return Stream{}, err
-	}
-	return decodeStream(m)
-}
+func DecodeStream(line []byte) (Stream, error) { return decodeAs(EventStream, line, decodeStream) }
 
-func decodeStream(m fields) (s Stream, err error) {
-	const f = EventStream
-	if s.ID, err = m.str(f, "id"); err != nil {
-		return Stream{}, err
-	}
-	if s.Name, err = m.oneOf(f, "name", StreamStdout, StreamStderr); err != nil {
-		return Stream{}, err
-	}
-	if s.Text, err = m.str(f, "text"); err != nil {
-		return Stream{}, err
-	}
-	return s, nil
+func decodeStream(m fields) (Stream, error) {
+	r := &frameReader{m: m, frame: EventStream}
+	return decoded(r, Stream{ID: r.str("id"), Name: r.oneOf("name", StreamStdout, StreamStderr), Text: r.str("text")})
 }
 
 // DecodeDisplay decodes a display event.
 func DecodeDisplay(line []byte) (Display, error) {
-	m, err := parseEvent(EventDisplay, line)
-	if err != nil {
-		return Display{}, err
-	}
-	return decodeDisplay(m)
+	return decodeAs(EventDisplay, line, decodeDisplay)
 }
 
-func decodeDisplay(m fields) (d Display, err error) {
-	const f = EventDisplay
-	if d.ID, err = m.str(f, "id"); err != nil {
-		return Display{}, err
-	}
-	if d.Data, err = m.object(f, "data"); err != nil {
-		return Display{}, err
-	}
-	return d, nil
+func decodeDisplay(m fields) (Display, error) {
+	r := &frameReader{m: m, frame: EventDisplay}
+	return decoded(r, Display{ID: r.str("id"), Data: r.object("data")})
 }
 
 // DecodeDone decodes a done event. Status "error" needs an error object; status "ok"
 // needs error null; "interrupted" may carry either.
-func DecodeDone(line []byte) (Done, error) {
-	m, err := parseEvent(EventDone, line)
-	if err != nil {
-		return Done{}, err
-	}
-	return decodeDone(m)
-}
+func DecodeDone(line []byte) (Done, error) { return decodeAs(EventDone, line, decodeDone) }
 
-func decodeDone(m fields) (d Done, err error) {
-	const f = EventDone
-	if d.ID, err = m.str(f, "id"); err != nil {
-		return Done{}, err
-	}
-	if d.Status, err = m.oneOf(f, "status", DoneOK, DoneError, DoneInterrupted); err != nil {
-		return Done{}, err
-	}
-	if d.Result, err = m.optStr(f, "result"); err != nil {
-		return Done{}, err
-	}
-	raw, ok := m["error"]
-	if !ok {
-		return Done{}, badField(f, "error", "missing")
-	}
-	if string(raw) != "null" {
-		if raw[0] != '{' {
-			return Done{}, badField(f, "error", "want an object or null, got %s", jsonKind(raw))
-		}
-		if d.Error, err = decodeCellError(raw); err != nil {
-			return Done{}, err
+func decodeDone(m fields) (Done, error) {
+	r := &frameReader{m: m, frame: EventDone}
+	d := Done{ID: r.str("id"), Status: r.oneOf("status", DoneOK, DoneError, DoneInterrupted), Result: r.optStr("result")}
+	if raw, ok := r.raw("error"); ok && string(raw) != "null" {
+		r.check(raw[0] != '{', "error", "want an object or null, got %s", jsonKind(raw))
+		if r.err == nil {
+			d.Error, r.err = decodeCellError(raw)
 		}
 	}
-	if _, ok := m["reason"]; ok {
-		if d.Reason, err = m.str(f, "reason"); err != nil {
-			return Done{}, err
-		}
-		if _, ok := m["note"]; ok {
-			if d.Note, err = m.str(f, "note"); err != nil {
-				return Done{}, err
-			}
+	if r.has("reason") {
+		d.Reason = r.str("reason")
+		if r.has("note") {
+			d.Note = r.str("note")
 		}
 	}
-	switch {
-	case d.Status == DoneOK && d.Error != nil:
-		return Done{}, badField(f, "error", "set with status %q", d.Status)
-	case d.Status == DoneError && d.Error == nil:
-		return Done{}, badField(f, "error", "null with status %q", d.Status)
-	}
-	return d, nil
+	r.check(d.Status == DoneOK && d.Error != nil, "error", "set with status %q", d.Status)
+	r.check(d.Status == DoneError && d.Error == nil, "error", "null with status %q", d.Status)
+	return decoded(r, d)
 }
 
 func decodeCellError(raw json.RawMessage) (*CellError, error) {
@@ -368,166 +288,83 @@ func decodeCellError(raw json.RawMessage) (*CellError, error) {
 	if err != nil {
 		return nil, err
 	}
-	var e CellError
-	if e.EName, err = m.str(f, "ename"); err != nil {
-		return nil, err
-	}
-	if e.EValue, err = m.str(f, "evalue"); err != nil {
-		return nil, err
-	}
-	tb, ok := m["traceback"]
+	r := &frameReader{m: m, frame: f}
+	e := &CellError{EName: r.str("ename"), EValue: r.str("evalue")}
+	tb, ok := r.raw("traceback")
 	switch {
 	case !ok:
-		return nil, badField(f, "traceback", "missing")
 	case tb[0] == '"':
-		e.Traceback, err = m.str(f, "traceback")
-		if err != nil {
-			return nil, err
-		}
+		e.Traceback = r.str("traceback")
 	case tb[0] == '[':
 		var lines []string
 		if err := json.Unmarshal(tb, &lines); err != nil {
-			return nil, badField(f, "traceback", "want a string or a list of strings")
+			r.fail("traceback", "want a string or a list of strings")
 		}
 		e.Traceback = strings.Join(lines, "\n")
 	default:
-		return nil, badField(f, "traceback", "want a string or a list of strings, got %s", jsonKind(tb))
+		r.fail("traceback", "want a string or a list of strings, got %s", jsonKind(tb))
 	}
-	return &e, nil
+	return decoded(r, e)
 }
 
 // DecodeHostRequest decodes a host_request event. Its args, when present, must be an object.
 func DecodeHostRequest(line []byte) (HostRequest, error) {
-	m, err := parseEvent(EventHostRequest, line)
-	if err != nil {
-		return HostRequest{}, err
-	}
-	return decodeHostRequest(m)
+	return decodeAs(EventHostRequest, line, decodeHostRequest)
 }
 
-func decodeHostRequest(m fields) (r HostRequest, err error) {
-	const f = EventHostRequest
-	if r.ID, err = m.str(f, "id"); err != nil {
-		return HostRequest{}, err
+func decodeHostRequest(m fields) (HostRequest, error) {
+	r := &frameReader{m: m, frame: EventHostRequest}
+	req := HostRequest{ID: r.str("id"), Type: r.str("type"), Cell: r.str("cell")}
+	if r.has("args") {
+		req.Args = r.object("args")
 	}
-	if r.Type, err = m.str(f, "type"); err != nil {
-		return HostRequest{}, err
-	}
-	if r.Cell, err = m.str(f, "cell"); err != nil {
-		return HostRequest{}, err
-	}
-	if _, ok := m["args"]; ok {
-		if r.Args, err = m.object(f, "args"); err != nil {
-			return HostRequest{}, err
-		}
-	}
-	return r, nil
+	return decoded(r, req)
 }
 
 // DecodeJobStart decodes a job_start event.
 func DecodeJobStart(line []byte) (JobStart, error) {
-	m, err := parseEvent(EventJobStart, line)
-	if err != nil {
-		return JobStart{}, err
-	}
-	return decodeJobStart(m)
+	return decodeAs(EventJobStart, line, decodeJobStart)
 }
 
-func decodeJobStart(m fields) (j JobStart, err error) {
-	const f = EventJobStart
-	if j.ID, err = m.str(f, "id"); err != nil {
-		return JobStart{}, err
-	}
-	if j.PID, err = m.integer(f, "pid"); err != nil {
-		return JobStart{}, err
-	}
-	if j.PID <= 0 {
-		return JobStart{}, badField(f, "pid", "%d is not a pid", j.PID)
-	}
-	if j.PGID, err = m.integer(f, "pgid"); err != nil {
-		return JobStart{}, err
-	}
-	if j.PGID <= 0 {
-		return JobStart{}, badField(f, "pgid", "%d is not a process group", j.PGID)
-	}
-	if j.Command, err = m.str(f, "command"); err != nil {
-		return JobStart{}, err
-	}
-	return j, nil
+func decodeJobStart(m fields) (JobStart, error) {
+	r := &frameReader{m: m, frame: EventJobStart}
+	j := JobStart{ID: r.str("id"), PID: r.integer("pid")}
+	r.check(j.PID <= 0, "pid", "%d is not a pid", j.PID)
+	j.PGID = r.integer("pgid")
+	r.check(j.PGID <= 0, "pgid", "%d is not a process group", j.PGID)
+	j.Command = r.str("command")
+	return decoded(r, j)
 }
 
 // DecodeJobOutput decodes a job_output event; its data is standard base64 with padding.
 func DecodeJobOutput(line []byte) (JobOutput, error) {
-	m, err := parseEvent(EventJobOutput, line)
-	if err != nil {
-		return JobOutput{}, err
-	}
-	return decodeJobOutput(m)
+	return decodeAs(EventJobOutput, line, decodeJobOutput)
 }
 
-func decodeJobOutput(m fields) (j JobOutput, err error) {
-	const f = EventJobOutput
-	if j.ID, err = m.str(f, "id"); err != nil {
-		return JobOutput{}, err
-	}
-	if j.Name, err = m.oneOf(f, "name", StreamStdout, StreamStderr); err != nil {
-		return JobOutput{}, err
-	}
-	if j.Data, err = m.base64(f, "data"); err != nil {
-		return JobOutput{}, err
-	}
-	return j, nil
+func decodeJobOutput(m fields) (JobOutput, error) {
+	r := &frameReader{m: m, frame: EventJobOutput}
+	return decoded(r, JobOutput{ID: r.str("id"), Name: r.oneOf("name", StreamStdout, StreamStderr), Data: r.base64("data")})
 }
 
 // DecodeJobEnd decodes a job_end event: exit_code and signal are integers or null, and
 // not both set.
-func DecodeJobEnd(line []byte) (JobEnd, error) {
-	m, err := parseEvent(EventJobEnd, line)
-	if err != nil {
-		return JobEnd{}, err
-	}
-	return decodeJobEnd(m)
-}
+func DecodeJobEnd(line []byte) (JobEnd, error) { return decodeAs(EventJobEnd, line, decodeJobEnd) }
 
-func decodeJobEnd(m fields) (j JobEnd, err error) {
-	const f = EventJobEnd
-	if j.ID, err = m.str(f, "id"); err != nil {
-		return JobEnd{}, err
+func decodeJobEnd(m fields) (JobEnd, error) {
+	r := &frameReader{m: m, frame: EventJobEnd}
+	j := JobEnd{ID: r.str("id"), ExitCode: r.optInt("exit_code"), Signal: r.optInt("signal")}
+	r.check(j.ExitCode != nil && j.Signal != nil, "signal", "set together with exit_code")
+	if j.Signal != nil {
+		r.check(*j.Signal <= 0 || *j.Signal > 64, "signal", "%d out of range 1..64", *j.Signal)
 	}
-	if j.ExitCode, err = m.optInt(f, "exit_code"); err != nil {
-		return JobEnd{}, err
-	}
-	if j.Signal, err = m.optInt(f, "signal"); err != nil {
-		return JobEnd{}, err
-	}
-	if j.ExitCode != nil && j.Signal != nil {
-		return JobEnd{}, badField(f, "signal", "set together with exit_code")
-	}
-	if j.Signal != nil && (*j.Signal <= 0 || *j.Signal > 64) {
-		return JobEnd{}, badField(f, "signal", "%d out of range 1..64", *j.Signal)
-	}
-	return j, nil
+	return decoded(r, j)
 }
 
 // DecodeLog decodes a log event.
-func DecodeLog(line []byte) (Log, error) {
-	m, err := parseEvent(EventLog, line)
-	if err != nil {
-		return Log{}, err
-	}
-	return decodeLog(m)
-}
+func DecodeLog(line []byte) (Log, error) { return decodeAs(EventLog, line, decodeLog) }
 
-func decodeLog(m fields) (l Log, err error) {
-	const f = EventLog
-	if _, err = m.str(f, "id"); err != nil {
-		return Log{}, err
-	}
-	if l.Level, err = m.oneOf(f, "level", LevelDebug, LevelInfo, LevelWarning, LevelError); err != nil {
-		return Log{}, err
-	}
-	if l.Message, err = m.str(f, "message"); err != nil {
-		return Log{}, err
-	}
-	return l, nil
+func decodeLog(m fields) (Log, error) {
+	r := &frameReader{m: m, frame: EventLog}
+	r.str("id")
+	return decoded(r, Log{Level: r.oneOf("level", LevelDebug, LevelInfo, LevelWarning, LevelError), Message: r.str("message")})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -79,105 +80,129 @@ func jsonKind(raw json.RawMessage) string {
 	return "a number"
 }
 
-// str reads a required string field.
-func (m fields) str(frame, key string) (string, error) {
-	raw, ok := m[key]
+// frameReader reads one frame's fields and keeps the first refusal in err: after it, every
+// read returns its zero value and records nothing, so a decoder names the first bad field.
+type frameReader struct {
+	m     fields
+	frame string
+	err   error
+}
+
+// fail records a refusal of key unless one is recorded already.
+func (r *frameReader) fail(key, format string, args ...any) {
+	if r.err == nil {
+		r.err = badField(r.frame, key, format, args...)
+	}
+}
+
+// check records a refusal of key when bad holds.
+func (r *frameReader) check(bad bool, key, format string, args ...any) {
+	if bad {
+		r.fail(key, format, args...)
+	}
+}
+
+// has reports whether the frame has key (an optional field).
+func (r *frameReader) has(key string) bool {
+	_, ok := r.m[key]
+	return ok
+}
+
+// raw returns key's raw value, refusing a missing key; ok is false once anything failed.
+func (r *frameReader) raw(key string) (json.RawMessage, bool) {
+	if r.err != nil {
+		return nil, false
+	}
+	raw, ok := r.m[key]
 	if !ok {
-		return "", badField(frame, key, "missing")
+		r.fail(key, "missing")
 	}
-	if raw[0] != '"' {
-		return "", badField(frame, key, "want a string, got %s", jsonKind(raw))
+	return raw, ok
+}
+
+// null reports whether key is present and null, refusing a missing key.
+func (r *frameReader) null(key string) bool {
+	raw, ok := r.raw(key)
+	return ok && string(raw) == "null"
+}
+
+// str reads a required string field.
+func (r *frameReader) str(key string) (s string) {
+	raw, ok := r.raw(key)
+	switch {
+	case !ok:
+	case raw[0] != '"':
+		r.fail(key, "want a string, got %s", jsonKind(raw))
+	default:
+		if err := json.Unmarshal(raw, &s); err != nil {
+			r.fail(key, "%v", err)
+		}
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", badField(frame, key, "%v", err)
-	}
-	return s, nil
+	return s
 }
 
 // oneOf reads a required string field that must be one of allowed.
-func (m fields) oneOf(frame, key string, allowed ...string) (string, error) {
-	s, err := m.str(frame, key)
-	if err != nil {
-		return "", err
+func (r *frameReader) oneOf(key string, allowed ...string) string {
+	s := r.str(key)
+	if r.err == nil && !slices.Contains(allowed, s) {
+		r.fail(key, "%q is not one of %q", s, allowed)
+		return ""
 	}
-	for _, a := range allowed {
-		if s == a {
-			return s, nil
-		}
-	}
-	return "", badField(frame, key, "%q is not one of %q", s, allowed)
+	return s
 }
 
 // optStr reads a string field that may be null (nil).
-func (m fields) optStr(frame, key string) (*string, error) {
-	raw, ok := m[key]
-	if !ok {
-		return nil, badField(frame, key, "missing")
+func (r *frameReader) optStr(key string) *string {
+	if r.null(key) || r.err != nil {
+		return nil
 	}
-	if string(raw) == "null" {
-		return nil, nil
-	}
-	s, err := m.str(frame, key)
-	if err != nil {
-		return nil, err
-	}
-	return &s, nil
+	s := r.str(key)
+	return &s
 }
 
 // integer reads a required integer field.
-func (m fields) integer(frame, key string) (int, error) {
-	raw, ok := m[key]
-	if !ok {
-		return 0, badField(frame, key, "missing")
+func (r *frameReader) integer(key string) (n int) {
+	raw, ok := r.raw(key)
+	switch {
+	case !ok:
+	case raw[0] != '-' && (raw[0] < '0' || raw[0] > '9'):
+		r.fail(key, "want an integer, got %s", jsonKind(raw))
+	default:
+		if err := json.Unmarshal(raw, &n); err != nil {
+			r.fail(key, "want an integer, got %s", raw)
+		}
 	}
-	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
-		return 0, badField(frame, key, "want an integer, got %s", jsonKind(raw))
-	}
-	var n int
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, badField(frame, key, "want an integer, got %s", raw)
-	}
-	return n, nil
+	return n
 }
 
 // optInt reads an integer field that may be null (nil).
-func (m fields) optInt(frame, key string) (*int, error) {
-	raw, ok := m[key]
-	if !ok {
-		return nil, badField(frame, key, "missing")
+func (r *frameReader) optInt(key string) *int {
+	if r.null(key) || r.err != nil {
+		return nil
 	}
-	if string(raw) == "null" {
-		return nil, nil
-	}
-	n, err := m.integer(frame, key)
-	if err != nil {
-		return nil, err
-	}
-	return &n, nil
+	n := r.integer(key)
+	return &n
 }
 
 // object reads a required field that must be a JSON object, as raw bytes.
-func (m fields) object(frame, key string) (json.RawMessage, error) {
-	raw, ok := m[key]
-	if !ok {
-		return nil, badField(frame, key, "missing")
+func (r *frameReader) object(key string) json.RawMessage {
+	raw, ok := r.raw(key)
+	if ok && raw[0] != '{' {
+		r.fail(key, "want an object, got %s", jsonKind(raw))
+		return nil
 	}
-	if raw[0] != '{' {
-		return nil, badField(frame, key, "want an object, got %s", jsonKind(raw))
-	}
-	return raw, nil
+	return raw
 }
 
 // base64 reads a required string field holding standard base64 with padding.
-func (m fields) base64(frame, key string) ([]byte, error) {
-	s, err := m.str(frame, key)
-	if err != nil {
-		return nil, err
+func (r *frameReader) base64(key string) []byte {
+	s := r.str(key)
+	if r.err != nil {
+		return nil
 	}
 	b, err := base64.StdEncoding.Strict().DecodeString(s)
 	if err != nil {
-		return nil, badField(frame, key, "not base64: %v", err)
+		r.fail(key, "not base64: %v", err)
 	}
-	return b, nil
+	return b
 }
