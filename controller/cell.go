@@ -113,13 +113,7 @@ type cellRun struct {
 	ended func()
 }
 
-func (c *cellRun) stream(name, text string) {
-	if c.sink != nil {
-		c.sink.Stream(name, text)
-	}
-}
-
-// streamText is stream for a decoded frame (protocol.StreamDecoder): to the sink's
+// streamText passes a decoded stream frame (protocol.StreamDecoder) to the sink: to its
 // StreamText when it has one.
 func (c *cellRun) streamText(st protocol.StreamText) {
 	switch sink := c.sink.(type) {

@@ -150,15 +150,22 @@ func openDB(path string, readOnly bool) (db *bolt.DB, err error) {
 		return db, nil
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("state store %s: %w: is another kennel serve running on this state directory?", path, ErrLocked)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, fmt.Errorf("state store %s: %w (%v); it is kept as it is: move it away to start with no sessions, or restore a backup", path, ErrUnreadable, err)
 	}
+	// Anything else (invalid, version mismatch, checksum, mapping, ...) is an unreadable file.
 	return nil, fmt.Errorf("state store %s: %w (%v); it is kept as it is: move it away to start with no sessions, or restore a backup", path, ErrUnreadable, err)
 }
 
 // unreadable is the error of a file that is not wholly a readable store.
 func (s *Store) unreadable(why string) error {
 	return fmt.Errorf("state store %s: %w: %s; it is kept as it is: move it away to start with no sessions, or restore a backup", s.path, ErrUnreadable, why)
+}
+
+// checkVersion refuses a layout version other than Version.
+func (s *Store) checkVersion(meta *bolt.Bucket) error {
+	if v := string(meta.Get(keyVersion)); v != fmt.Sprint(Version) {
+		return fmt.Errorf("state store %s: %w: layout version %q, this kennel reads %d; run the kennel that wrote it, or move the file away", s.path, ErrUnreadable, v, Version)
+	}
+	return nil
 }
 
 // check reads the whole store on this goroutine: the layout version and every session
@@ -176,8 +183,8 @@ func (s *Store) check() (err error) {
 		if meta == nil {
 			return s.unreadable("no layout version")
 		}
-		if v := string(meta.Get(keyVersion)); v != fmt.Sprint(Version) {
-			return fmt.Errorf("state store %s: %w: layout version %q, this kennel reads %d; run the kennel that wrote it, or move the file away", s.path, ErrUnreadable, v, Version)
+		if err := s.checkVersion(meta); err != nil {
+			return err
 		}
 		sessions := tx.Bucket(bucketSessions)
 		if sessions == nil {
@@ -233,16 +240,13 @@ func (s *Store) init(fresh bool) error {
 				return err
 			}
 		}
-		if v := string(meta.Get(keyVersion)); v != fmt.Sprint(Version) {
-			return fmt.Errorf("state store %s: %w: layout version %q, this kennel reads %d; run the kennel that wrote it, or move the file away", s.path, ErrUnreadable, v, Version)
+		if err := s.checkVersion(meta); err != nil {
+			return err
 		}
 		_, err := tx.CreateBucketIfNotExists(bucketSessions)
 		return err
 	})
 }
-
-// Path is the store's file.
-func (s *Store) Path() string { return s.path }
 
 // Close closes the file (and releases its lock).
 func (s *Store) Close() error { return s.db.Close() }
@@ -433,11 +437,7 @@ func dropOldest(bk *bolt.Bucket) error {
 // CellOf returns session id's record of key (ok false when there is none).
 func (s *Store) CellOf(id, key string) (c Cell, ok bool, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
-		root := tx.Bucket(bucketCells)
-		if root == nil {
-			return nil
-		}
-		bk := root.Bucket([]byte(id))
+		bk := sessionBucket(tx, bucketCells, id)
 		if bk == nil {
 			return nil
 		}
@@ -459,16 +459,20 @@ func (s *Store) Cells(id string) ([]Cell, error) {
 	return records(s, bucketCells, "cell", id, func(c Cell) uint64 { return c.Seq })
 }
 
+// sessionBucket is session id's bucket under root, or nil when there is none.
+func sessionBucket(tx *bolt.Tx, root []byte, id string) *bolt.Bucket {
+	if r := tx.Bucket(root); r != nil {
+		return r.Bucket([]byte(id))
+	}
+	return nil
+}
+
 // records lists the records of kind (decoded as T) of session id under root, ordered by
 // seq. A record that does not decode is ErrUnreadable, naming it.
 func records[T any](s *Store, root []byte, kind, id string, seq func(T) uint64) ([]T, error) {
 	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
-		r := tx.Bucket(root)
-		if r == nil {
-			return nil
-		}
-		bk := r.Bucket([]byte(id))
+		bk := sessionBucket(tx, root, id)
 		if bk == nil {
 			return nil
 		}
