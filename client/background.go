@@ -15,11 +15,7 @@ import (
 // its request would have had once it ended (state "settled"), else state "running" with
 // its output so far.
 func (c *Client) ReadCell(ctx context.Context, id, cell string) (*api.CellReply, error) {
-	var r api.CellReply
-	if err := c.request(ctx, "GET", "/sessions/"+url.PathEscape(id)+"/cells/"+url.PathEscape(cell), nil, nil, &r, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.CellReply](ctx, c, "GET", "/sessions/"+url.PathEscape(id)+"/cells/"+url.PathEscape(cell), nil, nil, http.StatusOK)
 }
 
 // Events follows session id's event stream (GET /sessions/{id}/events): each event goes

@@ -79,6 +79,15 @@ func (c *Client) request(ctx context.Context, method, path string, hdr http.Head
 	return nil
 }
 
+// call makes an API request (request) and returns its JSON reply as a T.
+func call[T any](ctx context.Context, c *Client, method, path string, hdr http.Header, in any, want ...int) (*T, error) {
+	var out T
+	if err := c.request(ctx, method, path, hdr, in, &out, want...); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // maxWhole is the largest reply body decodeBody reads whole before decoding it; a
 // longer one, or one of unknown length, is decoded as it streams in.
 const maxWhole = 256 << 10
@@ -127,11 +136,7 @@ func (c *Client) CreateSession(ctx context.Context, req api.CreateSession, opts 
 	if opts.IdempotencyKey != "" {
 		hdr = http.Header{api.HeaderIdempotencyKey: {opts.IdempotencyKey}}
 	}
-	var s api.Session
-	if err := c.request(ctx, "POST", "/sessions", hdr, req, &s, http.StatusCreated, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[api.Session](ctx, c, "POST", "/sessions", hdr, req, http.StatusCreated, http.StatusOK)
 }
 
 // Sessions lists the daemon's sessions.
@@ -145,11 +150,7 @@ func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
 
 // Session returns one session and its kernel observation (starting no kernel).
 func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
-	var s api.Session
-	if err := c.request(ctx, "GET", "/sessions/"+url.PathEscape(id), nil, nil, &s, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[api.Session](ctx, c, "GET", "/sessions/"+url.PathEscape(id), nil, nil, http.StatusOK)
 }
 
 // DeleteSession ends a session.
@@ -159,11 +160,7 @@ func (c *Client) DeleteSession(ctx context.Context, id string) error {
 
 // RunCell runs a cell and returns its reply (settled or detached).
 func (c *Client) RunCell(ctx context.Context, id string, req api.RunCell) (*api.CellReply, error) {
-	var r api.CellReply
-	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/cells", nil, req, &r, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.CellReply](ctx, c, "POST", "/sessions/"+url.PathEscape(id)+"/cells", nil, req, http.StatusOK)
 }
 
 // RunCellOnce is RunCell under an idempotency key: the cell runs at most once however
@@ -172,12 +169,8 @@ func (c *Client) RunCell(ctx context.Context, id string, req api.RunCell) (*api.
 // sent to a kernel that is gone. A key is for one cell: another code under it is a
 // conflict.
 func (c *Client) RunCellOnce(ctx context.Context, id, key string, req api.RunCell) (*api.CellReply, error) {
-	var r api.CellReply
 	hdr := http.Header{api.HeaderIdempotencyKey: {key}}
-	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/cells", hdr, req, &r, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.CellReply](ctx, c, "POST", "/sessions/"+url.PathEscape(id)+"/cells", hdr, req, http.StatusOK)
 }
 
 // StreamCell runs a cell with its output streamed: each stream, display and dropped
@@ -223,11 +216,7 @@ func (c *Client) StreamCell(ctx context.Context, id string, req api.RunCell, onE
 
 // RunJob starts a shell command as a job.
 func (c *Client) RunJob(ctx context.Context, id, command string) (*api.Job, error) {
-	var j api.Job
-	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/jobs", nil, api.RunJob{Command: command}, &j, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &j, nil
+	return call[api.Job](ctx, c, "POST", "/sessions/"+url.PathEscape(id)+"/jobs", nil, api.RunJob{Command: command}, http.StatusCreated)
 }
 
 // Jobs lists a session's jobs.
@@ -244,12 +233,8 @@ func (c *Client) Jobs(ctx context.Context, id string) ([]api.Job, error) {
 // the error's Use).
 func (c *Client) Output(ctx context.Context, id, job string, offset, limit int64) (*api.OutputPage, error) {
 	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}, "limit": {strconv.FormatInt(limit, 10)}}
-	var p api.OutputPage
 	path := "/sessions/" + url.PathEscape(id) + "/jobs/" + url.PathEscape(job) + "/output?" + q.Encode()
-	if err := c.request(ctx, "GET", path, nil, nil, &p, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[api.OutputPage](ctx, c, "GET", path, nil, nil, http.StatusOK)
 }
 
 // StopJob stops a job once and returns it ended; api.CodeUnconfirmed when its end was not
@@ -265,20 +250,12 @@ func (c *Client) StopJob(ctx context.Context, id, job string) (*api.Job, error) 
 // CreateChild makes an isolated workspace of session id's directory and a child session
 // in it.
 func (c *Client) CreateChild(ctx context.Context, id string, req api.CreateChild) (*api.Child, error) {
-	var ch api.Child
-	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/children", nil, req, &ch, http.StatusCreated); err != nil {
-		return nil, err
-	}
-	return &ch, nil
+	return call[api.Child](ctx, c, "POST", "/sessions/"+url.PathEscape(id)+"/children", nil, req, http.StatusCreated)
 }
 
 // HandBack ends child and brings its changes back into session id's directory.
 func (c *Client) HandBack(ctx context.Context, id, child string) (*api.HandBack, error) {
-	var hb api.HandBack
-	if err := c.request(ctx, "POST", "/sessions/"+url.PathEscape(id)+"/children/"+url.PathEscape(child)+"/handback", nil, nil, &hb, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &hb, nil
+	return call[api.HandBack](ctx, c, "POST", "/sessions/"+url.PathEscape(id)+"/children/"+url.PathEscape(child)+"/handback", nil, nil, http.StatusOK)
 }
 
 // Metrics returns the daemon's metrics in Prometheus text format.
@@ -292,21 +269,13 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 // probe's answer, api.HostProbing while a probe runs, api.HostUnknown when the daemon
 // holds none. It never starts a probe.
 func (c *Client) Host(ctx context.Context, target string) (*api.HostState, error) {
-	var st api.HostState
-	if err := c.request(ctx, "GET", "/hosts?"+url.Values{"target": {target}}.Encode(), nil, nil, &st, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return call[api.HostState](ctx, c, "GET", "/hosts?"+url.Values{"target": {target}}.Encode(), nil, nil, http.StatusOK)
 }
 
 // ProbeHost starts a probe of the ssh host target, or joins the one in flight, and
 // returns at once with the host's state (api.HostProbing); WaitHost waits for the answer.
 func (c *Client) ProbeHost(ctx context.Context, target string) (*api.HostState, error) {
-	var st api.HostState
-	if err := c.request(ctx, "POST", "/hosts/"+url.PathEscape(target)+"/probe", nil, nil, &st, http.StatusAccepted); err != nil {
-		return nil, err
-	}
-	return &st, nil
+	return call[api.HostState](ctx, c, "POST", "/hosts/"+url.PathEscape(target)+"/probe", nil, nil, http.StatusAccepted)
 }
 
 // DefaultHostPoll is WaitHost's interval between reads when none is given.

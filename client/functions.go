@@ -24,10 +24,6 @@ func (c *Client) Functions(ctx context.Context, id string) ([]api.Function, erro
 // is a reply, not an error of Call. An error means the request itself failed (no such
 // session, a bad body, the daemon out of reach).
 func (c *Client) Call(ctx context.Context, id, name string, req api.CallFunction) (*api.CallReply, error) {
-	var r api.CallReply
 	path := "/sessions/" + url.PathEscape(id) + "/functions/" + url.PathEscape(name)
-	if err := c.request(ctx, "POST", path, nil, req, &r, http.StatusOK); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.CallReply](ctx, c, "POST", path, nil, req, http.StatusOK)
 }
