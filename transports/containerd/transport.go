@@ -192,10 +192,7 @@ func (t *Transport) create(ctx context.Context, spec transports.Spec, pooled boo
 			return nil, fmt.Errorf("unpack %s: %w", ref, classify(err))
 		}
 	}
-	id, err := newID()
-	if err != nil {
-		return nil, err
-	}
+	id := newID()
 	st := &started{t: t, imgEnv: img.config.Env}
 	labels := ownerLabels(t.opts.Controller, spec.SessionID)
 	if t.opts.RunDir != "" {
@@ -336,12 +333,10 @@ func taskIO(dir string, withStdout bool) (*cio.DirectIO, error) {
 }
 
 // newID is a fresh container id: "kennel-" and 16 hex digits.
-func newID() (string, error) {
+func newID() string {
 	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return "kennel-" + hex.EncodeToString(b[:]), nil
+	_, _ = rand.Read(b[:]) // never fails
+	return "kennel-" + hex.EncodeToString(b[:])
 }
 
 // remove deletes container id of the namespace with whatever it still holds: its task

@@ -111,14 +111,9 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 	if err != nil {
 		return nil, err
 	}
-	idb := make([]byte, 8)
-	tok := make([]byte, 32)
-	if _, err := rand.Read(idb); err != nil {
-		return nil, err
-	}
-	if _, err := rand.Read(tok); err != nil {
-		return nil, err
-	}
+	idb, tok := make([]byte, 8), make([]byte, 32)
+	_, _ = rand.Read(idb) // never fails
+	_, _ = rand.Read(tok)
 	c := &detachedContainer{kid: hex.EncodeToString(idb), token: hex.EncodeToString(tok), tr: t}
 	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run directory root: %w", err)

@@ -105,9 +105,7 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 		return nil, err
 	}
 	inst := make([]byte, 8)
-	if _, err := rand.Read(inst); err != nil {
-		return nil, err
-	}
+	_, _ = rand.Read(inst) // never fails
 	p := &Pool{tr: tr, instance: hex.EncodeToString(inst)}
 	p.key = tr.poolKey(cli, tr.opts.User, "")
 	p.warm = warm.New(warm.Options[*detachedContainer]{Kind: "docker", Size: opts.Size, Start: p.start, Logger: opts.Logger})

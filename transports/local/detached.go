@@ -60,14 +60,7 @@ var (
 
 // startDetached launches python running the stub in dir, detached, and attaches to it.
 func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, python string, b bundleDir, env kernelstart.Env) (transports.Kernel, error) {
-	id, err := randomHex(8)
-	if err != nil {
-		return nil, err
-	}
-	token, err := randomHex(32)
-	if err != nil {
-		return nil, err
-	}
+	id, token := randomHex(8), randomHex(32)
 	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("run directory root: %w", err)
 	}
@@ -492,12 +485,11 @@ func exitOf(ps *os.ProcessState) transports.Exit {
 	return transports.Exit{Code: ps.ExitCode()}
 }
 
-func randomHex(n int) (string, error) {
+// randomHex is n random bytes in hex (crypto/rand.Read never fails).
+func randomHex(n int) string {
 	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("random: %w", err)
-	}
-	return hex.EncodeToString(b), nil
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func tail(b []byte, n int) []byte {
