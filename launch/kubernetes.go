@@ -84,6 +84,9 @@ func (k *Kit) kubernetes(ctx context.Context, spec *sessionspec.Transport, dir s
 	if err != nil {
 		return err
 	}
+	if o.Detached {
+		o.Pool = k.kubePoolFor(d)
+	}
 	tr, err := kubernetes.New(cli, o)
 	if err != nil {
 		return err

@@ -10,8 +10,10 @@ import (
 
 	"github.com/kennel-dev/kennel/controller"
 	"github.com/kennel-dev/kennel/images"
+	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/kubernetes/kubetest"
 )
 
@@ -87,4 +89,64 @@ func TestKubernetesSessionsFromTheirDescription(t *testing.T) {
 			t.Fatalf("the file the pod wrote, on the host: %q, %v", got, err)
 		}
 	})
+}
+
+// TestAKitHandsOutPooledKubernetesKernels: a Kit keeping a Kubernetes pool of one (the
+// default kubeconfig, its node found as this machine's: kubernetes.LocalNode) hands a
+// session of the default description on that node its ready kernel, which works in the
+// session's own directory, mounted at hand-out; its figures are the Kit's.
+func TestAKitHandsOutPooledKubernetesKernels(t *testing.T) {
+	c := kubetest.Cluster(t)
+	testneed.Root(t) // a pool mounts a session's directories into its pods' containers
+	t.Setenv("KUBECONFIG", c.Kubeconfig)
+	kit := New(Options{RunDir: filepath.Join(t.TempDir(), "run"), Pools: Pools{
+		Kubernetes: 1, KubernetesRuntime: "unix://" + filepath.Join(c.Dir, "containerd", "containerd.sock"),
+	}})
+	t.Cleanup(func() { _ = kit.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := kit.StartPools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	for st := kit.PoolStats(); len(st) != 1 || st[0].Kind != "kubernetes" || st[0].Ready != 1; st = kit.PoolStats() {
+		if ctx.Err() != nil {
+			t.Fatalf("the pool did not fill: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mine.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := &sessionspec.Transport{
+		Kubernetes: &sessionspec.Kubernetes{Node: c.Node},
+		PathMap:    []pathmap.Mount{{Sandbox: "/work", Host: dir}},
+	}
+	p, err := kit.Assemble(ctx, spec, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Release)
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := controller.Start(ctx, p.Apply(controller.Options{Bundle: b.Hash(), StateDir: filepath.Join(t.TempDir(), "state")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	if _, info, ok := s.Kernel(); !ok || info.Pool != transports.PoolHit {
+		t.Errorf("a session of the pool's description: pool %q, want hit", info.Pool)
+	}
+	res, err := s.Execute(ctx, "import os\n(open('mine.txt').read(), os.getcwd())", nil)
+	if err != nil || res.Status != "ok" || res.Result == nil || *res.Result != "('mine', '/work')" {
+		t.Fatalf("the pooled kernel in its session's directory: %+v, %v", res, err)
+	}
+	if st := kit.PoolStats(); st[0].Hits != 1 || st[0].Failures != 0 {
+		t.Errorf("pool figures %+v", st[0])
+	}
 }

@@ -86,6 +86,7 @@ type Kit struct {
 	dockerPool   *docker.Pool
 	ctrdPool     *containerd.Pool
 	ctrdPoolAddr string
+	kubePool     *kubernetes.Pool // of the default kubeconfig and context
 	closed       bool
 }
 
@@ -128,6 +129,10 @@ func (k *Kit) Close() error {
 	if k.ctrdPool != nil {
 		errs = append(errs, k.ctrdPool.Close(ctx))
 		k.ctrdPool = nil
+	}
+	if k.kubePool != nil {
+		errs = append(errs, k.kubePool.Close(ctx))
+		k.kubePool = nil
 	}
 	if k.engine != nil {
 		errs = append(errs, k.engine.Close())

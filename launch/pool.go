@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/kubernetes"
 )
 
 // Pools say how many ready kernels a Kit keeps per transport kind (kennel serve --pool,
@@ -22,6 +24,14 @@ type Pools struct {
 	// kept on the containerd at ContainerdAddress (empty: containerd.DefaultAddress).
 	Containerd        int
 	ContainerdAddress string
+	// Kubernetes is the number of ready Kubernetes kernels of the default description
+	// (the default kubeconfig and context) kept on KubernetesNode, the controller's own
+	// node (empty: kubernetes.LocalNode), whose container runtime KubernetesRuntime names (its CRI endpoint; empty:
+	// kubernetes.DefaultRuntime). A session takes one when its description names that
+	// node too (kubernetes.Pool).
+	Kubernetes        int
+	KubernetesNode    string
+	KubernetesRuntime string
 }
 
 // PoolStat is one pool's figures, by transport kind.
@@ -37,7 +47,7 @@ type PoolStat struct {
 // the pools' failures to start a kernel (nil discards them).
 func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 	ps := k.opts.Pools
-	if ps.Docker == 0 && ps.Containerd == 0 {
+	if ps.Docker == 0 && ps.Containerd == 0 && ps.Kubernetes == 0 {
 		return nil
 	}
 	if k.opts.RunDir == "" {
@@ -82,19 +92,40 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 		}
 		started = append(started, cp)
 	}
+	var kp *kubernetes.Pool
+	if ps.Kubernetes > 0 {
+		cli, err := k.kubeClient(ctx, "", "")
+		if err != nil {
+			return fmt.Errorf("kubernetes pool: %w", err)
+		}
+		node := ps.KubernetesNode
+		if node == "" {
+			if node, err = kubernetes.LocalNode(ctx, cli); err != nil {
+				return fmt.Errorf("kubernetes pool: its pods run on this machine's node: %w (name it with --pool-node)", err)
+			}
+		}
+		o, err := k.kubernetesOptions(&sessionspec.Kubernetes{Node: node}, nil)
+		if err != nil {
+			return err
+		}
+		if kp, err = kubernetes.NewPool(cli, kubernetes.PoolOptions{Size: ps.Kubernetes, Kernel: o, Runtime: cmp.Or(ps.KubernetesRuntime, kubernetes.DefaultRuntime), Logger: logger}); err != nil {
+			return fmt.Errorf("kubernetes pool: %w", err)
+		}
+		started = append(started, kp)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.dockerPool != nil || k.ctrdPool != nil {
+	if k.closed || k.dockerPool != nil || k.ctrdPool != nil || k.kubePool != nil {
 		return fmt.Errorf("pools: the kit is closed or has its pools")
 	}
-	k.dockerPool, k.ctrdPool, k.ctrdPoolAddr = dp, cp, addr
+	k.dockerPool, k.ctrdPool, k.ctrdPoolAddr, k.kubePool = dp, cp, addr, kp
 	return nil
 }
 
 // PoolStats returns the figures of the Kit's pools, by kind (none without pools).
 func (k *Kit) PoolStats() []PoolStat {
 	k.mu.Lock()
-	dp, cp := k.dockerPool, k.ctrdPool
+	dp, cp, kp := k.dockerPool, k.ctrdPool, k.kubePool
 	k.mu.Unlock()
 	var out []PoolStat
 	if cp != nil {
@@ -102,6 +133,9 @@ func (k *Kit) PoolStats() []PoolStat {
 	}
 	if dp != nil {
 		out = append(out, PoolStat{Kind: "docker", PoolStats: dp.Stats()})
+	}
+	if kp != nil {
+		out = append(out, PoolStat{Kind: "kubernetes", PoolStats: kp.Stats()})
 	}
 	return out
 }
@@ -115,6 +149,17 @@ func (k *Kit) ctrdPoolFor(addr string) *containerd.Pool {
 		return nil
 	}
 	return k.ctrdPool
+}
+
+// kubePoolFor returns the Kit's Kubernetes pool when the description's kubeconfig and
+// context are the pool's (the defaults), or nil.
+func (k *Kit) kubePoolFor(d *sessionspec.Kubernetes) *kubernetes.Pool {
+	if d.Kubeconfig != "" || d.Context != "" {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.kubePool
 }
 
 // pool returns the Kit's Docker pool, or nil.

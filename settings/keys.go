@@ -274,7 +274,7 @@ func decodeTruncation(n *node, ptr string, s *Settings, bad badFunc) {
 const MaxPool = 64
 
 // PoolKinds are the transports a warm pool keeps kernels of.
-var PoolKinds = []string{"docker", "containerd"}
+var PoolKinds = []string{"docker", "containerd", "kubernetes"}
 
 // decodePool reads the pool setting: an object of a whole number (0 to MaxPool) per
 // kind in PoolKinds. A bad entry is dropped: that kind has no pool.

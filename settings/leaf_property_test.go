@@ -195,7 +195,7 @@ func drawPool(t *rapid.T, m *docModel) {
 	}
 	var fields []string
 	m.want.Pool = Pool{}
-	for _, k := range []string{"docker", "containerd", "colour"} {
+	for _, k := range append(slices.Clone(PoolKinds), "colour") {
 		if !rapid.Bool().Draw(t, k+" present") {
 			continue
 		}

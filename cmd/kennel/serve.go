@@ -10,6 +10,7 @@ import (
 	"github.com/kennel-dev/kennel/daemon"
 	"github.com/kennel-dev/kennel/launch"
 	"github.com/kennel-dev/kennel/settings"
+	"github.com/kennel-dev/kennel/transports/kubernetes"
 	"github.com/spf13/cobra"
 )
 
@@ -18,8 +19,9 @@ func newServeCmd() *cobra.Command {
 	var socket, state string
 	var debug, stopKernels bool
 	var pools []string
+	var poolNode, poolRuntime string
 	cmd := &cobra.Command{
-		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels] [--pool KIND=N]",
+		Use:   "serve [--socket PATH] [--state DIR] [--stop-kernels] [--pool KIND=N [--pool-node NODE] [--pool-runtime ENDPOINT]]",
 		Short: "Run the kennel daemon: many sessions behind an HTTP API on a private socket",
 		Long: `Run the daemon. It serves kennel's HTTP API (GET /openapi.json describes it) on a unix
 socket only your user can reach: by default kennel.sock in $XDG_RUNTIME_DIR/kennel, else in
@@ -48,11 +50,16 @@ With --pool docker=N (or the global pool setting, {"pool": {"docker": N}}) the d
 ready Docker kernels of the default image and lock-down, each started and waiting for a
 session: a session whose Docker description matches (image, limits, user, network) is
 handed one at once and the pool refills in the background; any other starts cold.
---pool containerd=N does the same for containerd kernels on its default address. The
+--pool containerd=N does the same for containerd kernels on its default address, and
+--pool kubernetes=N for Kubernetes pods of the default kubeconfig on the daemon's own node
+(--pool-node, by default the node that is this machine; its container runtime's CRI
+socket is --pool-runtime, by default containerd's): a session takes one when its
+kubernetes.node is that node. The
 create reply says which ("pool": "hit" or "miss"), and /metrics counts hits, misses and
 refill time. A pooled kernel is a fresh one: it has run nothing, gets the session's mounts
 (mounted into its container at hand-out), environment and working directory, and serves
-that session alone. A pool needs a daemon running as root, a local engine and runc.`,
+that session alone. A pool needs a daemon running as root, a local engine (or, for Kubernetes, the pods' node)
+and runc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The daemon logs at the global logLevel setting's level (--debug: everything).
@@ -71,7 +78,10 @@ that session alone. A pool needs a daemon running as root, a local engine and ru
 			if err != nil {
 				return err
 			}
-			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{Docker: sizes["docker"], Containerd: sizes["containerd"]}})
+			kit := launch.New(launch.Options{RunDir: daemon.KernelRunDir(state), Pools: launch.Pools{
+				Docker: sizes["docker"], Containerd: sizes["containerd"],
+				Kubernetes: sizes["kubernetes"], KubernetesNode: poolNode, KubernetesRuntime: poolRuntime,
+			}})
 			defer kit.Close()
 			srv, err := daemon.New(daemon.Options{
 				Socket: socket, StateDir: state, Logger: logger, Kit: kit, Default: daemon.FromSettings,
@@ -87,7 +97,9 @@ that session alone. A pool needs a daemon running as root, a local engine and ru
 	cmd.Flags().StringVar(&socket, "socket", "", "the socket's path (default: see above)")
 	cmd.Flags().StringVar(&state, "state", "", "the daemon's private state directory (default: $XDG_STATE_HOME/kennel or ~/.local/state/kennel)")
 	cmd.Flags().BoolVar(&stopKernels, "stop-kernels", false, "end every session's kernel at shutdown instead of letting it run on for the next daemon to resume")
-	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N ready kernels of a transport's default description, KIND=N (docker, containerd; at most 64; overrides the pool setting)")
+	cmd.Flags().StringArrayVar(&pools, "pool", nil, "keep N ready kernels of a transport's default description, KIND=N (docker, containerd, kubernetes; at most 64; overrides the pool setting)")
+	cmd.Flags().StringVar(&poolNode, "pool-node", "", "the daemon's own Kubernetes node, where --pool kubernetes=N keeps its pods (default: the node that is this machine)")
+	cmd.Flags().StringVar(&poolRuntime, "pool-runtime", "", "the CRI endpoint of that node's container runtime (default "+kubernetes.DefaultRuntime+")")
 	cmd.Flags().BoolVar(&debug, "debug", false, "log the daemon's and the sessions' diagnostics to stderr")
 	return cmd
 }

@@ -1,12 +1,9 @@
 package containerd_test
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -52,103 +49,20 @@ func TestDetachedConformancePooled(t *testing.T) {
 	}
 }
 
-// TestAPooledKernelKeepsNothingOfTheOneBefore: a pool of one hands a kernel to session A,
-// which leaves a file in /tmp, a variable and its environment; session B's kernel, the
-// pool's next, sees none of it: its own environment (the keys and values of a kernel
-// started cold for it, but the run directory's), its own directory at /work, its
-// read-only mount read-only.
+// TestAPooledKernelKeepsNothingOfTheOneBefore: the pool's isolation test
+// (transporttest.PooledKernelKeepsNothing).
 func TestAPooledKernelKeepsNothingOfTheOneBefore(t *testing.T) {
 	d := containerdtest.Daemon(t)
 	o := ctrd.Options{RunDir: filepath.Join(t.TempDir(), "run"), User: "65534:65534"}
 	pool := newPool(t, d.Client, o, 1)
-	dirA, dirB, ref := t.TempDir(), t.TempDir(), t.TempDir()
-	for _, dir := range []string{dirA, dirB, ref} {
-		if err := os.Chmod(dir, 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dirB, "b.txt"), []byte("b"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	start := func(o ctrd.Options, mounts []pathmap.Mount, env string) (transports.Kernel, *transporttest.Client) {
-		t.Helper()
+	transporttest.PooledKernelKeepsNothing(t, pool, transporttest.StartFor(func(t *testing.T, mounts []pathmap.Mount, pooled bool) transports.Transport {
+		o := o
 		o.Mounts = mounts
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		k, err := newTransport(t, d.Client, o).Start(ctx, transports.Spec{SessionID: "pool", Dir: "/work", Env: []string{env}})
-		if err != nil {
-			t.Fatal(err)
+		if pooled {
+			o.Pool = pool
 		}
-		t.Cleanup(func() { _ = k.Kill(context.Background()) })
-		c := transporttest.NewClient(k)
-		if _, err := c.Hello(); err != nil {
-			t.Fatal(err)
-		}
-		return k, c
-	}
-	type probe struct {
-		Left, Variable bool
-		Env            map[string]string
-		Work           []string
-		ReadOnly       string
-	}
-	look := func(c *transporttest.Client) probe {
-		t.Helper()
-		out, err := c.Run(`
-import json, os
-try:
-    open('/ref/x', 'w'); ro = 'writable'
-except OSError as e:
-    ro = e.strerror
-print(json.dumps({"Left": os.path.exists('/tmp/left'), "Variable": 'leftover' in globals(), "Env": dict(os.environ), "Work": sorted(os.listdir('/work')), "ReadOnly": ro}))`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p probe
-		if err := json.Unmarshal([]byte(out), &p); err != nil {
-			t.Fatalf("%v in %q", err, out)
-		}
-		return p
-	}
-	pooled := o
-	pooled.Pool = pool
-	ka, ca := start(pooled, []pathmap.Mount{{Host: dirA, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref"}}, "SECRET_A=a1")
-	if ka.Info().Pool != transports.PoolHit {
-		t.Fatalf("A: pool %q", ka.Info().Pool)
-	}
-	if _, err := ca.Run("open('/tmp/left', 'w').write('x'); leftover = 1; open('/work/from-a', 'w').write('a')"); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(filepath.Join(dirA, "from-a")); err != nil || string(b) != "a" {
-		t.Fatalf("A's write into its mount: %q, %v", b, err)
-	}
-	transporttest.Stop(t, ka)
-	transporttest.WaitReady(t, pool, 1)
-
-	mountsB := []pathmap.Mount{{Host: dirB, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref", ReadOnly: true}}
-	kb, cb := start(pooled, mountsB, "SECRET_B=b1")
-	if kb.Info().Pool != transports.PoolHit {
-		t.Fatalf("B: pool %q", kb.Info().Pool)
-	}
-	pb := look(cb)
-	if pb.Left || pb.Variable || pb.Env["SECRET_A"] != "" || pb.Env["SECRET_B"] != "b1" {
-		t.Errorf("B sees A's file %v, variable %v, or environment %v", pb.Left, pb.Variable, pb.Env)
-	}
-	if !slices.Equal(pb.Work, []string{"b.txt"}) || pb.ReadOnly != "Read-only file system" {
-		t.Errorf("B's /work %v, its read-only mount's write: %q", pb.Work, pb.ReadOnly)
-	}
-	_, cc := start(o, mountsB, "SECRET_B=b1")
-	pc := look(cc)
-	delete(pc.Env, "KENNEL_KERNEL_RUN")
-	delete(pb.Env, "KENNEL_KERNEL_RUN")
-	pcj, _ := json.Marshal(pc.Env)
-	pbj, _ := json.Marshal(pb.Env)
-	if string(pbj) != string(pcj) {
-		t.Errorf("a pooled kernel's environment %s, a cold one's %s", pbj, pcj)
-	}
-	if s := pool.Stats(); s.Hits != 2 || s.Misses != 0 || s.Failures != 0 {
-		t.Errorf("pool: %+v", s)
-	}
+		return newTransport(t, d.Client, o)
+	}))
 }
 
 // BenchmarkPoolHandOutVsColdStart: the containerd pool's hand-out (a session's directory

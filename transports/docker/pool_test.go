@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,143 +71,25 @@ func startPooled(t *testing.T, cli client.APIClient, o docker.Options, spec tran
 	return k, c
 }
 
-// probe is what a kernel shows of itself in TestAPooledKernelKeepsNothingOfTheOneBefore.
-type probe struct {
-	Left     bool              `json:"left"`
-	Variable bool              `json:"variable"`
-	Env      map[string]string `json:"env"`
-	Work     []string          `json:"work"`
-	Cwd      string            `json:"cwd"`
-	ReadOnly string            `json:"readonly"`
-}
-
-const probeCell = `
-import json, os
-try:
-    open('/ref/x', 'w')
-    ro = 'writable'
-except OSError as e:
-    ro = e.strerror
-print(json.dumps({"left": os.path.exists('/tmp/left'), "variable": 'leftover' in globals(),
-    "env": dict(os.environ), "work": sorted(os.listdir('/work')), "cwd": os.getcwd(), "readonly": ro}))
-`
-
-func runProbe(t *testing.T, c *transporttest.Client) probe {
-	t.Helper()
-	out, err := c.Run(probeCell)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p probe
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		t.Fatalf("probe: %v in %q", err, out)
-	}
-	return p
-}
-
-// TestAPooledKernelKeepsNothingOfTheOneBefore: a pool of one hands a kernel to session A,
-// which leaves a file in /tmp, a variable and its environment; once A has ended and the
-// pool is full again, session B's kernel, also the pool's, sees none of it: its own
-// environment (the same keys a kernel started cold gets), its own directory at /work
-// (not A's), its read-only mount read-only, and a container of its own.
+// TestAPooledKernelKeepsNothingOfTheOneBefore: the pool's isolation test
+// (transporttest.PooledKernelKeepsNothing), and a container of B's own, whose HOSTNAME
+// its kernel has.
 func TestAPooledKernelKeepsNothingOfTheOneBefore(t *testing.T) {
 	cli := dockerneed.KernelEngine(t)
 	o := detachedOptions(t)
 	o.User = "65534:65534"
 	pool := newPool(t, cli, o, 1)
-	o.Pool = pool
-	dirA, dirB, ref := t.TempDir(), t.TempDir(), t.TempDir()
-	for _, d := range []string{dirA, dirB, ref} {
-		if err := os.Chmod(d, 0o777); err != nil {
-			t.Fatal(err)
+	kb, pb, _ := transporttest.PooledKernelKeepsNothing(t, pool, transporttest.StartFor(func(t *testing.T, mounts []pathmap.Mount, pooled bool) transports.Transport {
+		o := o
+		o.Mounts = mounts
+		if pooled {
+			o.Pool = pool
 		}
-	}
-	if err := os.WriteFile(filepath.Join(dirB, "b.txt"), []byte("b"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	oa := o
-	oa.Mounts = []pathmap.Mount{{Host: dirA, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref"}}
-	ka, ca := startPooled(t, cli, oa, transports.Spec{SessionID: "pool-a", Dir: "/work", Env: []string{"SECRET_A=a1"}})
-	if got := ka.Info().Pool; got != docker.PoolHit {
-		t.Fatalf("A's kernel: pool %q, want %q", got, docker.PoolHit)
-	}
-	if _, err := ca.Run("open('/tmp/left', 'w').write('x'); leftover = 42; open('/work/from-a', 'w').write('a')"); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := os.ReadFile(filepath.Join(dirA, "from-a")); err != nil || string(b) != "a" {
-		t.Fatalf("A's write into its mount: %q, %v", b, err)
-	}
-	pa := runProbe(t, ca)
-	if !pa.Left || !pa.Variable || pa.Env["SECRET_A"] != "a1" || pa.Cwd != "/work" || pa.ReadOnly != "writable" {
-		t.Fatalf("A sees itself as %+v", pa)
-	}
-	transporttest.Stop(t, ka)
-	transporttest.WaitReady(t, pool, 1)
-
-	ob := o
-	ob.Mounts = []pathmap.Mount{{Host: dirB, Sandbox: "/work"}, {Host: ref, Sandbox: "/ref", ReadOnly: true}}
-	kb, cb := startPooled(t, cli, ob, transports.Spec{SessionID: "pool-b", Dir: "/work", Env: []string{"SECRET_B=b1"}})
-	if got := kb.Info().Pool; got != docker.PoolHit {
-		t.Fatalf("B's kernel: pool %q, want %q", got, docker.PoolHit)
-	}
-	if kb.Info().ID == ka.Info().ID {
-		t.Fatalf("B's kernel runs in A's container %.12s", ka.Info().ID)
-	}
-	pb := runProbe(t, cb)
-	if pb.Left || pb.Variable {
-		t.Errorf("B sees A's file in /tmp (%v) or A's variable (%v)", pb.Left, pb.Variable)
-	}
-	if _, ok := pb.Env["SECRET_A"]; ok || pb.Env["SECRET_B"] != "b1" {
-		t.Errorf("B's environment: SECRET_A %q, SECRET_B %q", pb.Env["SECRET_A"], pb.Env["SECRET_B"])
-	}
-	for k := range pb.Env {
-		if strings.HasPrefix(k, "KENNEL_KERNEL_POOL") || k == "KENNEL_KERNEL_RUN" {
-			t.Errorf("B's environment holds the pool's %s", k)
-		}
-	}
-	if !slices.Equal(pb.Work, []string{"b.txt"}) || pb.Cwd != "/work" {
-		t.Errorf("B's /work: %v (cwd %q), want its own directory's [b.txt]", pb.Work, pb.Cwd)
-	}
-	if pb.ReadOnly != "Read-only file system" {
-		t.Errorf("B's read-only mount: a write gave %q", pb.ReadOnly)
-	}
-	if _, err := cb.Run("open('/work/from-b', 'w').write('b')"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dirA, "from-b")); err == nil {
-		t.Error("B's write landed in A's directory")
-	}
-	if b, err := os.ReadFile(filepath.Join(dirB, "from-b")); err != nil || string(b) != "b" {
-		t.Errorf("B's write into its mount: %q, %v", b, err)
-	}
-
-	// The same keys as a kernel started cold for the same session.
-	cold := o
-	cold.Pool = nil
-	cold.Mounts = ob.Mounts
-	_, cc := startPooled(t, cli, cold, transports.Spec{SessionID: "pool-cold", Dir: "/work", Env: []string{"SECRET_B=b1"}})
-	pc := runProbe(t, cc)
-	if got, want := keys(pb.Env), keys(pc.Env); !slices.Equal(got, want) {
-		t.Errorf("a pooled kernel's environment has keys %v, a cold one's %v", got, want)
-	}
+		return newTransport(t, cli, o)
+	}))
 	if got := pb.Env["HOSTNAME"]; got != kb.Info().ID[:12] {
 		t.Errorf("a pooled kernel's HOSTNAME %q, want its container's %.12s", got, kb.Info().ID)
 	}
-	for _, k := range []string{"PATH", "HOME", "LANG", "SECRET_B"} {
-		if pb.Env[k] != pc.Env[k] {
-			t.Errorf("%s: pooled %q, cold %q", k, pb.Env[k], pc.Env[k])
-		}
-	}
-}
-
-func keys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // TestAPoolMissStartsCold: a session of another description than the pool's (another

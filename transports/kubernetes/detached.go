@@ -71,7 +71,7 @@ func (t *Transport) podLive(ctx context.Context, pod string) error {
 // its run directory under RunRoot) and the token from its stdin, forks the kernel and
 // relays its stream to the kernel's socket: the link's first connection. Later
 // connections, signals and the run directory's removal are execs of the bridge.
-func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec transports.Spec, python string) (transports.Kernel, error) {
+func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec transports.Spec, python string) (*detachedKernel, error) {
 	id, token := make([]byte, 8), make([]byte, 32)
 	if _, err := rand.Read(id); err != nil {
 		return nil, err
@@ -82,13 +82,7 @@ func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec tra
 	b := t.bridged(pod.Name, python)
 	rec := transports.Record{Kernel: hex.EncodeToString(id), Token: hex.EncodeToString(token)}
 	rec.RunDir = b.RunDir(rec.Kernel)
-	env := kernelstart.Env{
-		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
-		Stub:     images.KernelEnv(t.bundle),
-		EOFGrace: t.opts.EOFGrace,
-		Detached: rec.RunDir,
-	}
-	block, err := kernelstart.Block{Dir: spec.Dir, Run: rec.RunDir, Stub: kernelimage.StubDir, Env: env.Build(spec.Env)}.Encode()
+	block, err := kernelstart.Block{Dir: spec.Dir, Run: rec.RunDir, Stub: kernelimage.StubDir, Env: t.kernelEnv(rec.RunDir).Build(spec.Env)}.Encode()
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +102,18 @@ func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec tra
 		return nil, err
 	}
 	return newDetachedKernel(t, pod.Name, bk), nil
+}
+
+// kernelEnv is the environment rule of the transport's kernels (Env.Build): PATH, HOME and
+// LANG first, the stub's defaults, the session's entries, then the transport's own; with
+// runDir, a detached kernel's, whose run directory it is.
+func (t *Transport) kernelEnv(runDir string) kernelstart.Env {
+	return kernelstart.Env{
+		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
+		Stub:     images.KernelEnv(t.bundle),
+		EOFGrace: t.opts.EOFGrace,
+		Detached: runDir,
+	}
 }
 
 // Reattach reaches the detached kernel rec names again (transports.Reattacher): an exec

@@ -81,7 +81,8 @@
 //
 // # Permissions
 //
-// In its namespace the controller needs pods: create, get, list, watch, delete;
+// In its namespace the controller needs pods: create, get, list, watch, delete (and patch
+// for a Pool, which labels a pod with its session at hand-out);
 // pods/exec: create and get (WebSocket exec is a GET); networkpolicies: create, list,
 // delete; events: list (the reason of a pod that stays pending); and, for LocalNode,
 // nodes: list.
@@ -96,4 +97,14 @@
 // reaches it again from its transports.Record, whose Where is "namespace/pod". The pod
 // lives while the kernel does (Options.KernelGrace with nothing attached), and is removed
 // once the kernel is proven gone.
+//
+// # Warm pool
+//
+// A Pool (Options.Pool) keeps detached kernels started before their sessions in pods on
+// the controller's own node: each pod's start exec runs the start program in pooled mode
+// (docs/protocol.md), which holds the loaded kernel until its start block; the node's
+// container runtime, asked over CRI (PoolOptions.Runtime), names the container's host
+// process, whose mount namespace the pool holds. A hand-out mounts the session's
+// directories there (as hostPath volumes would have been), labels the pod with the
+// session, and sends the start block; the exec is then the kernel's first connection.
 package kubernetes

@@ -27,6 +27,9 @@ const (
 	// LabelDetached marks the pod of a detached kernel ("1"): it outlives its controller
 	// and is not a dead controller's to sweep while it runs.
 	LabelDetached = "kennel.dev/detached"
+	// LabelPool marks the pod of a kernel a Pool started before its session ("1"); it is a
+	// detached kernel's pod too, and keeps the label after its hand-out.
+	LabelPool = "kennel.dev/pool"
 )
 
 // The annotations of every kernel's pod and NetworkPolicy.

@@ -33,14 +33,19 @@ func client(t testing.TB, c *kubetest.C) *kube.Client {
 // newTransport makes a transport of the test cluster with short graces for tests.
 func newTransport(t testing.TB, o kube.Options) *kube.Transport {
 	t.Helper()
-	c := kubetest.Cluster(t)
+	return newTransportOn(t, client(t, kubetest.Cluster(t)), o)
+}
+
+// newTransportOn is newTransport over cli (a pool's kernels are of its client alone).
+func newTransportOn(t testing.TB, cli *kube.Client, o kube.Options) *kube.Transport {
+	t.Helper()
 	if o.StdinGrace == 0 {
 		o.StdinGrace = time.Second
 	}
 	if o.StopGrace == 0 {
 		o.StopGrace = time.Second
 	}
-	tr, err := kube.New(client(t, c), o)
+	tr, err := kube.New(cli, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,6 +128,12 @@ type Options struct {
 	// KernelGrace is how long a detached kernel lives with nothing attached. Zero means
 	// DefaultKernelGrace.
 	KernelGrace time.Duration
+
+	// Pool, when set, is a warm pool (NewPool) a detached kernel is taken from when the
+	// pool's kernels have its description: its Info.Pool is then transports.PoolHit, and
+	// transports.PoolMiss for one started cold beside the pool. It needs Detached. Nil
+	// starts every kernel cold.
+	Pool *Pool
 }
 
 // Claim is a PersistentVolumeClaim mounted into each kernel's pod.
@@ -240,6 +246,9 @@ func (o Options) check() error {
 	case "", corev1.PullNever, corev1.PullIfNotPresent, corev1.PullAlways:
 	default:
 		return &transports.FieldError{Field: "Options.PullPolicy", Reason: fmt.Sprintf("%q is not Never, IfNotPresent or Always", o.PullPolicy)}
+	}
+	if o.Pool != nil && !o.Detached {
+		return &transports.FieldError{Field: "Options.Pool", Reason: "a pool's kernels are detached: set Detached"}
 	}
 	if len(o.Mounts) > 0 && o.Node == "" {
 		return &transports.FieldError{Field: "Options.Node", Reason: "Mounts are hostPath volumes: name the node whose files they are (the controller's own)"}

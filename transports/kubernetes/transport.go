@@ -138,6 +138,11 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		return nil, err
 	}
 	name := podName(random)
+	if t.opts.Detached && t.opts.Pool != nil {
+		if k, err := t.opts.Pool.handOut(ctx, t, spec, python); k != nil || err != nil {
+			return k, err
+		}
+	}
 
 	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
 	var undo []func(context.Context)
@@ -151,30 +156,21 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 			undo[i](uctx)
 		}
 	}()
-	if !t.opts.AllowNetwork {
-		if _, err := t.cli.clientset.NetworkingV1().NetworkPolicies(t.ns).Create(ctx, t.policy(name, spec.SessionID), metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("create network policy %s/%s: %w", t.ns, name, classify(err))
-		}
-		undo = append(undo, func(ctx context.Context) { _ = t.deletePolicy(ctx, name) })
-	}
-	created, err := t.pods().Create(ctx, t.podSpec(name, spec.SessionID, "python3", uid, gid), metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("create pod %s/%s: %w", t.ns, name, classify(err))
-	}
-	undo = append(undo, func(ctx context.Context) { _ = t.deletePod(ctx, name, 0) })
-	pod, err := t.waitRunning(ctx, created)
+	pod, err := t.makePod(ctx, name, spec.SessionID, uid, gid, &undo)
 	if err != nil {
 		return nil, err
 	}
 	if t.opts.Detached {
-		return t.startDetached(ctx, pod, spec, python)
+		k, err := t.startDetached(ctx, pod, spec, python)
+		if err != nil {
+			return nil, err
+		}
+		if t.opts.Pool != nil {
+			k.SetPool(transports.PoolMiss)
+		}
+		return k, nil
 	}
-	env := kernelstart.Env{
-		Base:     []string{"PATH=" + kernelstart.DefaultPath, "HOME=/tmp", "LANG=C.UTF-8"},
-		Stub:     images.KernelEnv(t.bundle),
-		EOFGrace: t.opts.EOFGrace,
-	}
-	block, err := kernelstart.Block{Dir: spec.Dir, Stub: kernelimage.StubDir, Env: env.Build(spec.Env)}.Encode()
+	block, err := kernelstart.Block{Dir: spec.Dir, Stub: kernelimage.StubDir, Env: t.kernelEnv("").Build(spec.Env)}.Encode()
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +201,29 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		}
 	}
 	return newKernel(t, pod, s), nil
+}
+
+// makePod makes pod name's NetworkPolicy (unless Options.AllowNetwork) and the pod, for
+// session ("" for a pool's pod) as uid:gid, and waits until it runs. What it makes is
+// undone by the functions it appends to undo (each added before its object is asked for,
+// so one a cancelled request made after all goes too), which the caller runs on error.
+func (t *Transport) makePod(ctx context.Context, name, session string, uid, gid int64, undo *[]func(context.Context)) (*corev1.Pod, error) {
+	if !t.opts.AllowNetwork {
+		*undo = append(*undo, func(ctx context.Context) { _ = t.deletePolicy(ctx, name) })
+		if _, err := t.cli.clientset.NetworkingV1().NetworkPolicies(t.ns).Create(ctx, t.policy(name, session), metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create network policy %s/%s: %w", t.ns, name, classify(err))
+		}
+	}
+	*undo = append(*undo, func(ctx context.Context) { _ = t.deletePod(ctx, name, 0) })
+	spec := t.podSpec(name, session, "python3", uid, gid)
+	if session == "" {
+		spec.Labels[LabelPool] = "1"
+	}
+	created, err := t.pods().Create(ctx, spec, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s/%s: %w", t.ns, name, classify(err))
+	}
+	return t.waitRunning(ctx, created)
 }
 
 // waitRunning waits until pod's container runs, up to Options.PendingTimeout.

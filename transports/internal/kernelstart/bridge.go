@@ -122,6 +122,17 @@ func OpenBridge(ctx context.Context, run Runner, action string, argv []string, p
 	if err != nil {
 		return nil, fmt.Errorf("bridge %s: %w", action, err)
 	}
+	if err := await(ctx, p, action, BridgeReady, preamble, said); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// await writes preamble to p's stdin and waits until p wrote line on its stdout, with
+// the preamble written whole (the bridge reads stdin only once it is connected). A
+// command that ends first is a *BridgeError (its stderr the start of said); ctx ending
+// first is ctx's cause; either way p is closed (and so ends).
+func await(ctx context.Context, p Proc, action, line string, preamble []byte, said *HeadBuffer) error {
 	written := make(chan error, 1)
 	if len(preamble) > 0 {
 		go func() {
@@ -136,32 +147,31 @@ func OpenBridge(ctx context.Context, run Runner, action string, argv []string, p
 		_ = p.SetReadDeadline(time.Now())
 		close(fired)
 	})
-	buf := make([]byte, len(BridgeReady))
+	buf := make([]byte, len(line))
 	n, rerr := io.ReadFull(p, buf)
 	if !stop() {
 		<-fired
 	}
-	if rerr == nil && string(buf) == BridgeReady {
+	if rerr == nil && string(buf) == line {
 		_ = p.SetReadDeadline(time.Time{})
-		// The bridge connects once the kernel has read its token, the preamble's end.
 		if err := <-written; err != nil {
 			p.Close()
-			return nil, fmt.Errorf("bridge %s: write its stdin: %w", action, err)
+			return fmt.Errorf("bridge %s: write its stdin: %w", action, err)
 		}
-		return p, nil
+		return nil
 	}
 	p.Close()
 	<-written
 	if err := context.Cause(ctx); err != nil {
-		return nil, fmt.Errorf("bridge %s: %w", action, err)
+		return fmt.Errorf("bridge %s: %w", action, err)
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	code, err := p.Exit(ectx)
 	if err != nil {
-		return nil, fmt.Errorf("bridge %s: its end: %w", action, err)
+		return fmt.Errorf("bridge %s: its end: %w", action, err)
 	}
-	return nil, &BridgeError{Action: action, Code: code, Stderr: said.String(), Wrote: n > 0}
+	return &BridgeError{Action: action, Code: code, Stderr: said.String(), Wrote: n > 0}
 }
 
 // RunBridge runs a bridge action that does not connect (signal, cleanup) and returns

@@ -249,6 +249,11 @@ func (k *BridgedKernel) signal(sig string) {
 // directory); no host pid.
 func (k *BridgedKernel) Info() transports.Info { return k.info }
 
+// SetPool sets Info().Pool: whether the kernel came from a warm pool (transports.PoolHit)
+// or started cold beside one (transports.PoolMiss). It is called before the kernel is
+// anyone's but its transport's.
+func (k *BridgedKernel) SetPool(word string) { k.info.Pool = word }
+
 // Kill ends the kernel in the stages BridgedKernel describes and returns once the link
 // has proven it gone and its run directory is removed, or ctx ends: then the error says
 // so, with why a signal failed if one did (a kernel in another pid namespace than its

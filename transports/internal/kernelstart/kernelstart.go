@@ -105,7 +105,7 @@ const magic = "kennel-start/1"
 //go:embed start.py
 var startSource string
 
-var startProgram = images.PythonProgram(strings.ReplaceAll(startSource, "MAX_START_BLOCK", strconv.Itoa(MaxBlock)))
+var startProgram = images.PythonProgram(strings.NewReplacer("MAX_START_BLOCK", strconv.Itoa(MaxBlock), "POOLED_READY\\n", strings.TrimSuffix(PooledReady, "\n")+"\\n").Replace(startSource))
 
 // Program returns the -c program that reads a Block from stdin and applies it (see
 // start.py), followed by next, the program that runs the stub: images' bootstrap (which

@@ -56,9 +56,12 @@ def _kennel_start():
     if stub and not os.path.isdir(os.path.join(stub, b"kennel")):
         fail(b"no stub in " + stub, 3)
     detached = dict(entries).get(b"KENNEL_KERNEL_RUN")
+    pooled = detached and dict(entries).get(b"KENNEL_KERNEL_POOLED") == b"1"
     # The bridge (bridge.py), when the program put it before this one: taken out of the
     # program's globals either way, so nothing after this program sees it.
     bridge = globals().pop("_kennel_bridge", None)
+    if pooled and bridge is None:
+        fail(b"a pooled kernel is started beside the bridge")
     if detached:
         # A detached kernel (docs/protocol.md, "Protocol 2") outlives this command: the
         # kernel is a child that goes on alone; this process waits for its socket, then
@@ -66,21 +69,46 @@ def _kennel_start():
         # kernel runs. With the bridge it instead connects to the socket and relays this
         # command's stdin and stdout to it: the kernel's first connection. The token that
         # follows the block on stdin is the child's to read.
+        #
+        # A pooled kernel (KENNEL_KERNEL_POOLED=1) reads its start block from a pipe of
+        # this process instead: once the kernel's socket is bound this process writes
+        # POOLED_READY on stdout, reads the start block from stdin (a 4-byte big-endian
+        # length, then the token line and the start line) and hands it to the kernel on
+        # the pipe, which it then closes; then the bridge connects as above. A stdin that
+        # ends first ends this process (status 2), and so the kernel (its pipe ends).
+        if pooled:
+            handoff, give = os.pipe()
         child = os.fork()
         if child:
-            if bridge is not None:
-                bridge([b"start", detached], child)  # relays, then exits
             import time
 
             sock = os.path.join(detached, b"kernel.sock")
+            if pooled:
+                os.close(handoff)
+            if bridge is not None and not pooled:
+                bridge([b"start", detached], child)  # relays, then exits
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            while not os.path.exists(sock):
                 if os.waitpid(child, os.WNOHANG)[0]:
                     fail(b"the detached kernel ended before its socket was up", 3)
-                if os.path.exists(sock):
-                    os._exit(0)
-                time.sleep(0.01)
-            fail(b"no socket from the detached kernel within 30 s", 3)
+                if time.monotonic() > deadline:
+                    fail(b"no socket from the detached kernel within 30 s", 3)
+                time.sleep(0.005)
+            if not pooled:
+                os._exit(0)
+            os.write(1, b"POOLED_READY\n")
+            size = int.from_bytes(read_exactly(4), "big")
+            if size > MAX_START_BLOCK:
+                fail(b"pooled start block of %d bytes is over the limit" % size)
+            block = memoryview(read_exactly(size))
+            while block:
+                block = block[os.write(give, block):]
+            os.close(give)
+            bridge([b"start", detached], child)  # relays, then exits
+        if pooled:
+            os.close(give)
+            os.dup2(handoff, 0)
+            os.close(handoff)
     if run:
         try:
             os.makedirs(os.path.dirname(run), mode=0o700, exist_ok=True)
