@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports/containerd"
@@ -52,6 +55,9 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 	}
 	if k.opts.RunDir == "" {
 		return fmt.Errorf("pools: a pool's kernels are detached: the Kit needs a RunDir")
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("pools: a session's directories are mounted into a waiting kernel's container at hand-out, which needs a daemon running as root (run it as root, or without --pool and the pool setting): %w", errdefs.ErrUnavailable)
 	}
 	var started []interface{ Close(context.Context) error }
 	defer func() {
