@@ -165,12 +165,8 @@ func (w jobWriter) Write(p []byte) (int, error) {
 // interrupt grace (the reference's S2 jobs 3).
 func (r *jobRun) killCellAfterGrace() {
 	grace := r.s.opts.InterruptGrace
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-r.cell.done:
+	if closedWithin(r.cell.done, grace) {
 		return
-	case <-t.C:
 	}
 	cause := fmt.Errorf("cell %s (job %s) did not stop within %v of its interrupt", r.frameID, r.job.ID(), grace)
 	r.s.log.Warn("killed cell job ignored its interrupt; killing its kernel", "job", r.job.ID(), "cell", r.frameID)

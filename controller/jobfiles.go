@@ -75,9 +75,7 @@ type jobFiles struct {
 // kernel of another uid (see prepareJobOutDir). On an error nothing is left behind.
 func newJobFiles(dir, kernelDir string, keep int64, keepAtEnd bool, job *jobs.Job, pool *sync.Pool) (*jobFiles, error) {
 	var rnd [16]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, fmt.Errorf("make job output files: %w", err)
-	}
+	_, _ = rand.Read(rnd[:]) // never fails
 	name := jobFileNamePrefix + hex.EncodeToString(rnd[:])
 	f := newJobFilesAt(filepath.Join(dir, name), keep)
 	f.keepAtEnd = keepAtEnd
@@ -180,12 +178,8 @@ func (f *jobFiles) stop() { f.stopMu.Do(func() { close(f.stopped) }) }
 // drain is end, waiting for the tail at most grace before it stops it.
 func (f *jobFiles) drain(grace time.Duration) {
 	f.end()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-f.done:
+	if closedWithin(f.done, grace) {
 		return
-	case <-t.C:
 	}
 	f.stop()
 	<-f.done
@@ -278,8 +272,7 @@ func (s *tailState) read(fl *os.File, job *jobs.Job, pool *sync.Pool, punch bool
 	switch {
 	case errors.Is(err, unix.ENXIO):
 		return 0, io.EOF // no data at or after off: the end, or a hole up to it
-	case err != nil:
-		d = s.off // no SEEK_DATA here: all of it is data
+	case err != nil: // no SEEK_DATA here: all of it is data
 	case d > s.off:
 		_ = job.Lost(d - s.off)
 		s.off = d

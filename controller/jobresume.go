@@ -174,12 +174,8 @@ func (kc *kernelConn) settleAdopted() {
 	kc.mu.Unlock()
 	for _, r := range gone {
 		go func() {
-			t := time.NewTimer(kc.s.opts.JobKillGrace)
-			defer t.Stop()
-			select {
-			case <-r.job.Done():
+			if closedWithin(r.job.Done(), kc.s.opts.JobKillGrace) {
 				return // its job_end came
-			case <-t.C:
 			}
 			if kc.job(r.frameID, true) == nil {
 				return // its job_end is being taken

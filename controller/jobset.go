@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -48,9 +49,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 	if err := s.opts.Truncation.Validate(); err != nil {
 		return fmt.Errorf("start session: %w", err)
 	}
-	if s.opts.JobKillGrace == 0 {
-		s.opts.JobKillGrace = 2 * time.Second
-	}
+	s.opts.JobKillGrace = cmp.Or(s.opts.JobKillGrace, 2*time.Second)
 	state := s.opts.StateDir
 	if state == "" {
 		state = DefaultStateDir()

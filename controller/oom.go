@@ -22,29 +22,32 @@ const oomWait = 2 * time.Second
 // alone where the kernel tells it before its release (transports.Ender: a container's
 // removal, a pod's deletion, can take longer than that).
 func (kc *kernelConn) withOOM(err error) error {
-	t := time.NewTimer(oomWait)
-	defer t.Stop()
+	var ended <-chan struct{}
+	var exit func() transports.Exit
 	if e, ok := kc.k.(transports.Ender); ok {
-		select {
-		case <-e.Ended():
-			if e.Exit().OOM {
-				return fmt.Errorf("%w: %w", err, ErrOOM)
-			}
-		case <-t.C:
-		}
-		return err
+		ended, exit = e.Ended(), e.Exit
+	} else {
+		done, x := make(chan struct{}), transports.Exit{}
+		go func() {
+			x, _ = kc.k.Wait()
+			close(done)
+		}()
+		ended, exit = done, func() transports.Exit { return x }
 	}
-	ch := make(chan transports.Exit, 1)
-	go func() {
-		exit, _ := kc.k.Wait()
-		ch <- exit
-	}()
-	select {
-	case exit := <-ch:
-		if exit.OOM {
-			return fmt.Errorf("%w: %w", err, ErrOOM)
-		}
-	case <-t.C:
+	if closedWithin(ended, oomWait) && exit().OOM {
+		return fmt.Errorf("%w: %w", err, ErrOOM)
 	}
 	return err
+}
+
+// closedWithin reports whether ch is closed within d (it waits at most d).
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -284,10 +285,7 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, o
 		if d.Reason == string(CallUnknown) {
 			code = CallUnknown
 		}
-		reason := d.Reason
-		if reason == "" {
-			reason = string(CallFailed)
-		}
+		reason := cmp.Or(d.Reason, string(CallFailed))
 		return nil, &RemoteCallError{Code: code, Function: name, Reason: reason, Exception: d.Error}
 	}
 	value := []byte("null")
@@ -379,9 +377,7 @@ func (kc *kernelConn) register(args json.RawMessage) (any, error) {
 	if sc := bytes.TrimSpace(f.Schema); len(sc) == 0 || sc[0] != '{' {
 		return nil, codedError{code: protocol.CodeInvalid, err: errors.New("remote.register: the schema is not an object")}
 	}
-	if f.QualName == "" {
-		f.QualName = f.Name
-	}
+	f.QualName = cmp.Or(f.QualName, f.Name)
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, f.Schema); err != nil {
 		return nil, codedError{code: protocol.CodeInvalid, err: fmt.Errorf("remote.register: schema: %w", err)}

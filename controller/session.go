@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -190,7 +191,6 @@ type Session struct {
 	attaching  atomic.Bool                // the background start or resume is under way
 	originMu   sync.Mutex
 	origin     Origin
-	background chan struct{}  // closed when the background start has ended (Background)
 	notice     *UpgradeNotice // an upgrade's notice for the next cell's result (originMu)
 	lostNotice string         // the namespace-lost notice for the next cell's result (originMu)
 	lostTold   bool           // lostNotice was made (s.mu)
@@ -208,19 +208,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	} else if err := CheckWorkingDir(opts.Dir); err != nil {
 		return nil, err
 	}
-	if opts.SandboxDir == "" {
-		opts.SandboxDir = opts.Dir
-	}
-	if opts.StartTimeout == 0 {
-		opts.StartTimeout = 30 * time.Second
-	}
-	if opts.InterruptGrace == 0 {
-		opts.InterruptGrace = 5 * time.Second
-	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	opts.SandboxDir = cmp.Or(opts.SandboxDir, opts.Dir)
+	opts.StartTimeout = cmp.Or(opts.StartTimeout, 30*time.Second)
+	opts.InterruptGrace = cmp.Or(opts.InterruptGrace, 5*time.Second)
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	id := opts.ID
 	if id == "" {
 		id = newID()
@@ -418,15 +409,8 @@ func (s *Session) Detach(ctx context.Context) (rec transports.Record, ok bool, e
 	s.mu.Unlock()
 	kc.fail(fmt.Errorf("session %s: %w", s.id, ErrDetached))
 	err = dk.Detach()
-	ended := make(chan struct{})
-	go func() {
-		s.generations.Wait()
-		close(ended)
-	}()
-	select {
-	case <-ended:
-	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("detach session %s: kernels still ending: %w", s.id, context.Cause(ctx)))
+	if werr := s.waitKernels(ctx, "detach"); werr != nil {
+		err = errors.Join(err, werr)
 	}
 	return dk.Record(), true, err
 }
@@ -513,6 +497,16 @@ func (s *Session) end(ctx context.Context, cause error) error {
 		kc.fail(fmt.Errorf("session %s: %w", s.id, s.closedErr()))
 		err = kc.kill(ctx)
 	}
+	if werr := s.waitKernels(ctx, "close"); werr != nil {
+		return errors.Join(err, werr)
+	}
+	s.removeSpill()
+	return err
+}
+
+// waitKernels waits until every kernel the session started has ended, or ctx ends (an
+// error naming op).
+func (s *Session) waitKernels(ctx context.Context, op string) error {
 	ended := make(chan struct{})
 	go func() {
 		s.generations.Wait()
@@ -520,11 +514,10 @@ func (s *Session) end(ctx context.Context, cause error) error {
 	}()
 	select {
 	case <-ended:
+		return nil
 	case <-ctx.Done():
-		return errors.Join(err, fmt.Errorf("close session %s: kernels still ending: %w", s.id, context.Cause(ctx)))
+		return fmt.Errorf("%s session %s: kernels still ending: %w", op, s.id, context.Cause(ctx))
 	}
-	s.removeSpill()
-	return err
 }
 
 // writeFrame encodes f and queues it whole for the kernel's stdin: it returns once the

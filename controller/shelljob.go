@@ -88,23 +88,24 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 		edit(&frame)
 	}
 	s.jobs.add(r)
+	fail := func(err error) (*jobs.Job, error) {
+		r.endWithout(err, jobs.End{})
+		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+	}
 	if s.opts.OnJob != nil {
 		if err := s.opts.OnJob(r.record(host)); err != nil {
 			if r.streams != nil {
 				r.streams.drain(s.opts.JobKillGrace)
 				r.streams.remove() // nothing was written, and no record holds them
 			}
-			r.endWithout(err, jobs.End{})
-			return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+			return fail(err)
 		}
 	}
 
 	kc.mu.Lock()
-	if kc.err != nil {
-		err := kc.err
+	if err := kc.err; err != nil {
 		kc.mu.Unlock()
-		r.endWithout(err, jobs.End{})
-		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+		return fail(err)
 	}
 	kc.jobs.runs[r.frameID] = r
 	kc.mu.Unlock()
@@ -113,8 +114,7 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 		kc.mu.Lock()
 		delete(kc.jobs.runs, r.frameID)
 		kc.mu.Unlock()
-		r.endWithout(err, jobs.End{})
-		return nil, fmt.Errorf("run job %s: %w", job.ID(), err)
+		return fail(err)
 	}
 	// The job_run may still be in this process's buffers: a caller told of the job before
 	// the kernel has it would be told of a job that never runs if this process died now.
@@ -155,12 +155,8 @@ func checkCommand(command string) error {
 func (r *jobRun) hostKill(g transports.HostGroups, pgid int) {
 	grace := r.s.opts.JobKillGrace
 	killed := time.Now()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-r.job.Done():
+	if closedWithin(r.job.Done(), grace) {
 		return
-	case <-t.C:
 	}
 	end := jobs.End{Killed: true}
 	if r.groupAlive(g, pgid) {
@@ -174,11 +170,8 @@ func (r *jobRun) hostKill(g transports.HostGroups, pgid int) {
 	// The group's last member may take a while to go after its SIGKILL (a loaded host, a
 	// large exit): look again, every grace, for up to hostKillLooks graces.
 	for look := 0; ; look++ {
-		t.Reset(grace)
-		select {
-		case <-r.job.Done():
+		if closedWithin(r.job.Done(), grace) {
 			return
-		case <-t.C:
 		}
 		if !r.groupAlive(g, pgid) {
 			break
