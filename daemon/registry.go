@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -80,14 +81,8 @@ func (e *entry) jobList() []jobs.ID {
 	for _, j := range e.sess.Jobs().Live() {
 		ids = append(ids, j.ID())
 	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
-	out := ids[:0]
-	for i, id := range ids {
-		if i == 0 || id != ids[i-1] {
-			out = append(out, id)
-		}
-	}
-	return out
+	slices.Sort(ids)
+	return slices.Compact(ids)
 }
 
 // firstAccount reports whether the ended job id is counted for the first time.

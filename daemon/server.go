@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,18 +104,10 @@ const (
 
 // withDefaults returns t with each zero field set to its default.
 func (t Timeouts) withDefaults() Timeouts {
-	if t.Header == 0 {
-		t.Header = DefaultHeaderTimeout
-	}
-	if t.Body == 0 {
-		t.Body = DefaultBodyTimeout
-	}
-	if t.Idle == 0 {
-		t.Idle = DefaultIdleTimeout
-	}
-	if t.WriteStall == 0 {
-		t.WriteStall = DefaultWriteStall
-	}
+	t.Header = cmp.Or(t.Header, DefaultHeaderTimeout)
+	t.Body = cmp.Or(t.Body, DefaultBodyTimeout)
+	t.Idle = cmp.Or(t.Idle, DefaultIdleTimeout)
+	t.WriteStall = cmp.Or(t.WriteStall, DefaultWriteStall)
 	return t
 }
 
@@ -154,9 +147,7 @@ type Server struct {
 // New checks opts and the state directory (created 0700, and set to 0700 at each start)
 // and returns a Server that serves nothing yet.
 func New(opts Options) (_ *Server, err error) {
-	if opts.Socket == "" {
-		opts.Socket = DefaultSocket(os.Getenv)
-	}
+	opts.Socket = cmp.Or(opts.Socket, DefaultSocket(os.Getenv))
 	if opts.StateDir == "" {
 		opts.StateDir = DefaultStateDir(os.Getenv)
 	}
@@ -173,15 +164,9 @@ func New(opts Options) (_ *Server, err error) {
 	if opts.Default == nil {
 		opts.Default = func(string) (*sessionspec.Transport, []string, error) { return nil, nil, nil }
 	}
-	if opts.StopWait == 0 {
-		opts.StopWait = 15 * time.Second
-	}
-	if opts.ShutdownGrace == 0 {
-		opts.ShutdownGrace = 10 * time.Second
-	}
-	if opts.PeerUID == 0 {
-		opts.PeerUID = os.Geteuid()
-	}
+	opts.StopWait = cmp.Or(opts.StopWait, 15*time.Second)
+	opts.ShutdownGrace = cmp.Or(opts.ShutdownGrace, 10*time.Second)
+	opts.PeerUID = cmp.Or(opts.PeerUID, os.Geteuid())
 	if opts.PeerUID < 0 {
 		return nil, fmt.Errorf("new daemon: %w: peer uid %d", errInvalid, opts.PeerUID)
 	}
@@ -190,10 +175,7 @@ func New(opts Options) (_ *Server, err error) {
 		return nil, fmt.Errorf("new daemon: %w: negative timeout in %+v", errInvalid, t)
 	}
 	opts.Timeouts = t.withDefaults()
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	if err := PrepareStateDir(opts.StateDir); err != nil {
 		return nil, err
 	}
@@ -214,9 +196,6 @@ func New(opts Options) (_ *Server, err error) {
 
 // Socket is the socket path the server listens on (or will).
 func (s *Server) Socket() string { return s.opts.Socket }
-
-// StateDir is the server's state directory.
-func (s *Server) StateDir() string { return s.opts.StateDir }
 
 // Handler is the API's HTTP handler, with its JSON 404 and 405 replies and its body
 // timeout (Timeouts.Body), but without the socket and peer checks and the connection's

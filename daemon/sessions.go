@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -68,9 +69,7 @@ func kernelMemory(l *api.Limits) int64 {
 // workspace). spec, when not nil, is the resolved transport to use instead of req's (a
 // child takes its parent's). Nothing is left when it fails.
 func (s *Server) startSession(ctx context.Context, req api.CreateSession, spec *sessionspec.Transport, parent, wsDir string) (*entry, error) {
-	if spec == nil {
-		spec = req.Transport
-	}
+	spec = cmp.Or(spec, req.Transport)
 	kind, err := spec.Kind()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package fshost
 
 import (
+	"cmp"
 	"context"
 	"io/fs"
 	"path"
@@ -45,9 +46,7 @@ func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 		return nil, fail(op, "", fsroot.ErrInvalid, "pattern is required")
 	}
 	base, pattern := a.Path, a.Pattern
-	if base == "" {
-		base = "."
-	}
+	base = cmp.Or(base, ".")
 	if strings.HasPrefix(pattern, "/") {
 		segs := strings.Split(strings.Trim(pattern, "/"), "/")
 		i := 0

@@ -2,6 +2,7 @@ package fshost
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"io/fs"
@@ -83,10 +84,7 @@ func (s *Server) Grep(ctx context.Context, a GrepArgs) (*GrepResult, error) {
 	if a.Limit > 0 && a.Limit < limit {
 		limit = a.Limit
 	}
-	base := a.Path
-	if base == "" {
-		base = "."
-	}
+	base := cmp.Or(a.Path, ".")
 	at, err := s.root.Stat(ctx, a.Cwd, base)
 	if err != nil {
 		return nil, err

@@ -180,7 +180,7 @@ func (s *Server) planEdits(ctx context.Context, a EditArgs) (string, []byte, err
 		if at < 0 {
 			return "", nil, fail(op, info.Path, fsroot.ErrNoMatch, "edit %d", i)
 		}
-		if bytes.Index(text[at+1:], old) >= 0 {
+		if bytes.Contains(text[at+1:], old) {
 			return "", nil, fail(op, info.Path, fsroot.ErrAmbiguous, "edit %d", i)
 		}
 		next := make([]byte, 0, len(text)-len(old)+len(e.New))

@@ -2,6 +2,7 @@ package images
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,9 +25,7 @@ const probeProgram = "import sys;v=sys.version_info;sys.stdout.write('%s\\n%d.%d
 // The interpreter must be Python 3.9 or newer. Any failure is a *PythonError matching
 // ErrNoPython (class errdefs.ErrUnavailable) that names the fix.
 func ResolvePython(ctx context.Context, name string) (string, error) {
-	if name == "" {
-		name = "python3"
-	}
+	name = cmp.Or(name, "python3")
 	found, err := exec.LookPath(name)
 	if err != nil {
 		return "", &PythonError{Name: name, Reason: "not found", Err: err}

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -87,9 +88,7 @@ type pythonEntry struct {
 // (see PythonCache), else by running the interpreter, and then it writes the entry. Its
 // errors are ResolvePython's.
 func (c PythonCache) Resolve(ctx context.Context, name string) (PythonResult, error) {
-	if name == "" {
-		name = "python3"
-	}
+	name = cmp.Or(name, "python3")
 	found, err := exec.LookPath(name)
 	if err != nil {
 		return PythonResult{}, &PythonError{Name: name, Reason: "not found", Err: err}

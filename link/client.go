@@ -3,6 +3,7 @@ package link
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -122,15 +123,11 @@ func Open(ctx context.Context, opts Options) (*Client, error) {
 	if opts.AckDelay <= 0 {
 		opts.AckDelay = 100 * time.Millisecond
 	}
-	if opts.Heartbeat == 0 {
-		opts.Heartbeat = DefaultHeartbeat
-	}
+	opts.Heartbeat = cmp.Or(opts.Heartbeat, DefaultHeartbeat)
 	if opts.HandshakeTimeout <= 0 {
 		opts.HandshakeTimeout = 10 * time.Second
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	opts.Backoff = opts.Backoff.resolved()
 	c := &Client{opts: opts, instance: rand.Text(), out: NewOutbox(ControllerMaxFrames, ControllerMaxBytes), kick: make(chan struct{}, 1), ended: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)

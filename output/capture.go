@@ -2,6 +2,7 @@ package output
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"sync"
@@ -87,21 +88,13 @@ type Captures struct {
 // NewCaptures checks opts as NewCapture does: it refuses a spill directory that is not
 // private (ErrNotPrivate) and negative sizes (ErrInvalidRange).
 func NewCaptures(opts CaptureOptions) (*Captures, error) {
-	if opts.PrefixBytes == 0 {
-		opts.PrefixBytes = DefaultPrefixBytes
-	}
-	if opts.TailBytes == 0 {
-		opts.TailBytes = DefaultTailBytes
-	}
-	if opts.SpillLimit == 0 {
-		opts.SpillLimit = DefaultSpillLimit
-	}
+	opts.PrefixBytes = cmp.Or(opts.PrefixBytes, DefaultPrefixBytes)
+	opts.TailBytes = cmp.Or(opts.TailBytes, DefaultTailBytes)
+	opts.SpillLimit = cmp.Or(opts.SpillLimit, DefaultSpillLimit)
 	if opts.PrefixBytes < 0 || opts.TailBytes < 0 || opts.SpillLimit < 0 {
 		return nil, fmt.Errorf("new capture: sizes %d/%d/%d: %w", opts.PrefixBytes, opts.TailBytes, opts.SpillLimit, ErrInvalidRange)
 	}
-	if opts.SpillLimit < opts.PrefixBytes {
-		opts.SpillLimit = opts.PrefixBytes
-	}
+	opts.SpillLimit = max(opts.SpillLimit, opts.PrefixBytes)
 	if opts.SpillDir != "" {
 		if err := checkPrivateDir(opts.SpillDir); err != nil {
 			return nil, fmt.Errorf("new capture: %w", err)

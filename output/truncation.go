@@ -1,6 +1,7 @@
 package output
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -48,12 +49,8 @@ type Limits struct {
 
 // withDefaults returns l with zero fields replaced by the defaults.
 func (l Limits) withDefaults() Limits {
-	if l.Bytes == 0 {
-		l.Bytes = DefaultBytes
-	}
-	if l.Lines == 0 {
-		l.Lines = DefaultLines
-	}
+	l.Bytes = cmp.Or(l.Bytes, DefaultBytes)
+	l.Lines = cmp.Or(l.Lines, DefaultLines)
 	return l
 }
 

@@ -89,10 +89,7 @@ func cutBack(buf []byte, n int64) int {
 	if n >= int64(len(buf)) {
 		return len(buf)
 	}
-	if n < 0 {
-		n = 0
-	}
-	c := int(n)
+	c := int(max(n, 0))
 	for i := c; i >= 0 && i > c-utf8.UTFMax; i-- {
 		if isBoundary(buf, i) {
 			return i

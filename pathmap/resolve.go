@@ -1,7 +1,9 @@
 package pathmap
 
 import (
+	"cmp"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -54,10 +56,7 @@ func (m *Map) resolve(unsafeCwd, unsafePath string, entry bool) (Target, error) 
 	if err := checkSyntax("map", unsafePath); err != nil {
 		return Target{}, err
 	}
-	cwd := unsafeCwd
-	if cwd == "" {
-		cwd = m.dir
-	}
+	cwd := cmp.Or(unsafeCwd, m.dir)
 	if err := checkSyntax("cwd", cwd); err != nil {
 		return Target{}, err
 	}
@@ -516,10 +515,5 @@ func hasDotDot(p string) bool {
 	if !strings.Contains(p, "..") {
 		return false
 	}
-	for _, c := range split(p) {
-		if c == ".." {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(split(p), "..")
 }

@@ -1,6 +1,8 @@
 package pathmap
 
 import (
+	"cmp"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -12,9 +14,7 @@ const resolveStrict = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RES
 // openat2 opens rel beneath dirfd with resolve flags, retrying EINTR and the EAGAIN the
 // kernel returns when a rename raced the lookup.
 func openat2(dirfd int, rel string, flags int, mode uint32, resolve uint64) (int, error) {
-	if rel == "" {
-		rel = "."
-	}
+	rel = cmp.Or(rel, ".")
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve}
 	var err error
 	for range 64 {

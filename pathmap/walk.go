@@ -219,10 +219,7 @@ func readFd(fd int, p []byte) (int, error) {
 	for {
 		n, err := unix.Read(fd, p)
 		if err != unix.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
+			return max(n, 0), err
 		}
 	}
 }

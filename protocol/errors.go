@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -30,10 +31,7 @@ type FrameError struct {
 
 // Error reports the frame, field and reason, e.g. `decode stream "name": bad field: ...`.
 func (e *FrameError) Error() string {
-	frame := e.Frame
-	if frame == "" {
-		frame = "frame"
-	}
+	frame := cmp.Or(e.Frame, "frame")
 	if e.Field == "" {
 		return fmt.Sprintf("protocol %s: %v", frame, e.Err)
 	}

@@ -2,11 +2,13 @@ package sessionspec
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/kennel-dev/kennel/pathmap"
@@ -128,7 +130,7 @@ func decode(data []byte) (*Transport, []error) {
 			errs = append(errs, bad(field, "%v", err))
 		}
 	}
-	for _, key := range sortedKeys(fields) {
+	for _, key := range slices.Sorted(maps.Keys(fields)) {
 		raw := fields[key]
 		switch key {
 		case "local":
@@ -220,12 +222,9 @@ func subObject[T any](prefix string, raw json.RawMessage) (*T, []error) {
 		known[name] = true
 	}
 	var errs []error
-	for _, key := range sortedKeys(fields) {
+	for _, key := range slices.Sorted(maps.Keys(fields)) {
 		if !known[key] {
-			names := joinSorted(known)
-			if names == "" {
-				names = "none"
-			}
+			names := cmp.Or(strings.Join(slices.Sorted(maps.Keys(known)), ", "), "none")
 			errs = append(errs, unknown(prefix+"."+key, names))
 			continue
 		}
@@ -271,31 +270,6 @@ func unwrapJSON(err error) error {
 		return fmt.Errorf("want %s, got %s", te.Type, te.Value)
 	}
 	return err
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func joinSorted(m map[string]bool) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b bytes.Buffer
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(k)
-	}
-	return b.String()
 }
 
 // jsonNames lists the JSON names of the fields of the struct v points to.

@@ -1,6 +1,7 @@
 package workspaces
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -117,9 +118,7 @@ func Create(ctx context.Context, parent string, opts CreateOptions) (*CreateResu
 	case opts.DigestMax > MaxDigestMax:
 		return nil, fmt.Errorf("create workspace: DigestMax %d is over %d", opts.DigestMax, MaxDigestMax)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	abs, err := filepath.Abs(parent)
 	if err == nil {
 		abs, err = filepath.EvalSymlinks(abs)

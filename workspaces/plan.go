@@ -1,6 +1,7 @@
 package workspaces
 
 import (
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -216,11 +217,7 @@ func (pl *planner) finalAt(a string) *Entry {
 // below it is the base's, unchanged by the parent and removed by the child.
 func (pl *planner) clearable(dir string) bool {
 	if pl.parentKeys == nil {
-		pl.parentKeys = make([]string, 0, len(pl.parent))
-		for k := range pl.parent {
-			pl.parentKeys = append(pl.parentKeys, k)
-		}
-		slices.Sort(pl.parentKeys)
+		pl.parentKeys = slices.Sorted(maps.Keys(pl.parent))
 	}
 	prefix := dir + "/"
 	i, _ := slices.BinarySearch(pl.parentKeys, prefix)

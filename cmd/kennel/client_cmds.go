@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,10 +30,7 @@ func (f *clientFlags) add(cmd *cobra.Command) {
 }
 
 func (f *clientFlags) client() *client.Client {
-	s := f.socket
-	if s == "" {
-		s = daemon.DefaultSocket(os.Getenv)
-	}
+	s := cmp.Or(f.socket, daemon.DefaultSocket(os.Getenv))
 	return client.New(s)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -136,9 +137,7 @@ func imageCheck(ctx context.Context, tag string, cd containerdImage, stdout io.W
 		return err
 	}
 	if cd.on {
-		if tag == "" {
-			tag = ctrd.Ref(b)
-		}
+		tag = cmp.Or(tag, ctrd.Ref(b))
 		ccli, err := ctrd.Connect(ctx, ctrd.ConnectOptions{Address: cd.address})
 		if err != nil {
 			return err
@@ -151,9 +150,7 @@ func imageCheck(ctx context.Context, tag string, cd containerdImage, stdout io.W
 		fmt.Fprintf(stdout, "containerd %s %s current (stub %s)\n", st.Ref, shortImageID(st.ID), st.Want[:12])
 		return nil
 	}
-	if tag == "" {
-		tag = kernelimage.KernelRef(b)
-	}
+	tag = cmp.Or(tag, kernelimage.KernelRef(b))
 	cli, err := engineClient(ctx)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -126,15 +127,11 @@ type Result struct {
 // BUNDLE from a build context made here (the Dockerfile and the stub under stub/), tagged
 // Ref. Running it twice builds once.
 func Build(ctx context.Context, cli client.APIClient, bundle *images.Bundle, o BuildOptions) (Result, error) {
-	if o.Base == "" {
-		o.Base = BaseRef
-	}
+	o.Base = cmp.Or(o.Base, BaseRef)
 	if o.Ref == "" {
 		o.Ref = KernelRef(bundle)
 	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	o.Log = cmp.Or(o.Log, io.Discard)
 	res := Result{Ref: o.Ref}
 	if !o.Force {
 		st, err := Check(ctx, cli, o.Ref, bundle)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -128,7 +129,7 @@ func parseDeb822(data []byte) []Source {
 // ErrNoMirror when there is none.
 func PickMirror(sources []Source, suite string) (string, error) {
 	for _, s := range sources {
-		if !has(s.Types, "deb") || !has(s.Suites, suite) || !has(s.Components, "main") {
+		if !slices.Contains(s.Types, "deb") || !slices.Contains(s.Suites, suite) || !slices.Contains(s.Components, "main") {
 			continue
 		}
 		for _, u := range s.URIs {
@@ -138,15 +139,6 @@ func PickMirror(sources []Source, suite string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("suite %q: %w", suite, ErrNoMirror)
-}
-
-func has(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // AptMirror reads the apt configuration under root ("/" for this machine):

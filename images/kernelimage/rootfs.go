@@ -1,6 +1,7 @@
 package kernelimage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,21 +42,15 @@ type RootfsOptions struct {
 var suiteRE = regexp.MustCompile(`^[a-z][a-z0-9.-]{0,63}$`)
 
 func (o RootfsOptions) withDefaults() (RootfsOptions, error) {
-	if o.Suite == "" {
-		o.Suite = DefaultSuite
-	}
+	o.Suite = cmp.Or(o.Suite, DefaultSuite)
 	if !suiteRE.MatchString(o.Suite) {
 		return o, fmt.Errorf("suite %q: %w", o.Suite, ErrBadOption)
 	}
-	if o.CacheDir == "" {
-		o.CacheDir = DefaultCacheDir
-	}
+	o.CacheDir = cmp.Or(o.CacheDir, DefaultCacheDir)
 	if !filepath.IsAbs(o.CacheDir) {
 		return o, fmt.Errorf("cache dir %q is not absolute: %w", o.CacheDir, ErrBadOption)
 	}
-	if o.Log == nil {
-		o.Log = io.Discard
-	}
+	o.Log = cmp.Or(o.Log, io.Discard)
 	return o, nil
 }
 

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,10 +90,7 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start reaper %s: %w", s.Argv[0], context.Cause(ctx))
 	}
-	path := s.Path
-	if path == "" {
-		path = "/proc/self/exe"
-	}
+	path := cmp.Or(s.Path, "/proc/self/exe")
 	grace := s.Grace
 	switch {
 	case grace == 0:

@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,10 +41,7 @@ type ConnectOptions struct {
 // a call with errdefs.ErrNotImplemented, an error reading "containerd too old: need ..."
 // (also ErrUnavailable). Nothing is left open on error. The caller closes the client.
 func Connect(ctx context.Context, o ConnectOptions) (*client.Client, error) {
-	addr := o.Address
-	if addr == "" {
-		addr = DefaultAddress
-	}
+	addr := cmp.Or(o.Address, DefaultAddress)
 	cli, err := client.New(addr, client.WithDefaultNamespace(Namespace), client.WithDefaultRuntime(DefaultRuntime))
 	if err != nil {
 		return nil, fmt.Errorf("containerd %s: %w: %w", addr, transports.ErrUnavailable, err)

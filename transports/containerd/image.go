@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,9 +84,7 @@ func ImportArchive(ctx context.Context, cli *client.Client, archive io.Reader, b
 	if o.Ref == "" {
 		o.Ref = Ref(bundle)
 	}
-	if o.Snapshotter == "" {
-		o.Snapshotter = DefaultSnapshotter
-	}
+	o.Snapshotter = cmp.Or(o.Snapshotter, DefaultSnapshotter)
 	ctx, done, err := cli.WithLease(ctx)
 	if err != nil {
 		return kernelimage.Status{Ref: o.Ref}, fmt.Errorf("import %s: lease: %w", o.Ref, classify(err))

@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,12 +56,8 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 		return res, err
 	}
 	o.Self = self
-	if o.Snapshotter == "" {
-		o.Snapshotter = DefaultSnapshotter
-	}
-	if o.FIFODir == "" {
-		o.FIFODir = DefaultFIFODir()
-	}
+	o.Snapshotter = cmp.Or(o.Snapshotter, DefaultSnapshotter)
+	o.FIFODir = cmp.Or(o.FIFODir, DefaultFIFODir())
 	ctx = nsCtx(ctx)
 	filter := fmt.Sprintf(`labels.%q==1`, LabelKennel)
 	var errs []error

@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -56,15 +57,9 @@ func New(cli *client.Client, opts Options) (*Transport, error) {
 		return nil, err
 	}
 	opts.Controller = self
-	if opts.Runtime == "" {
-		opts.Runtime = DefaultRuntime
-	}
-	if opts.Snapshotter == "" {
-		opts.Snapshotter = DefaultSnapshotter
-	}
-	if opts.FIFODir == "" {
-		opts.FIFODir = DefaultFIFODir()
-	}
+	opts.Runtime = cmp.Or(opts.Runtime, DefaultRuntime)
+	opts.Snapshotter = cmp.Or(opts.Snapshotter, DefaultSnapshotter)
+	opts.FIFODir = cmp.Or(opts.FIFODir, DefaultFIFODir())
 	opts.Mounts = append(opts.Mounts[:0:0], opts.Mounts...)
 	return &Transport{cli: cli, opts: opts, bundle: sync.OnceValues(images.Stub)}, nil
 }

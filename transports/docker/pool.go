@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -128,10 +129,7 @@ func poolRuntime(runtime string) bool {
 func (t *Transport) poolKey(cli client.APIClient, user, python string) string {
 	o := t.opts
 	image, _ := t.Image()
-	network := o.Network
-	if network == "" {
-		network = DefaultNetwork
-	}
+	network := cmp.Or(o.Network, DefaultNetwork)
 	tmpfs := o.TmpfsSize
 	if tmpfs <= 0 {
 		tmpfs = DefaultTmpfsSize

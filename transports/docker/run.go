@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -37,10 +38,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	if spec.Python != "" {
 		cfg.Entrypoint = images.KernelArgv(spec.Python, kernelimage.StubDir)
 	}
-	network := o.Network
-	if network == "" {
-		network = DefaultNetwork
-	}
+	network := cmp.Or(o.Network, DefaultNetwork)
 	if network == "none" {
 		cfg.NetworkDisabled = true
 	}

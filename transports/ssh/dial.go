@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -40,10 +41,7 @@ func (d *dialer) authMethods(t Target) ([]xssh.AuthMethod, *authFailure, func())
 	var signers []xssh.Signer
 	af := &authFailure{}
 	closeAgent := func() {}
-	sock := d.opts.AgentSocket
-	if sock == "" {
-		sock = os.Getenv("SSH_AUTH_SOCK")
-	}
+	sock := cmp.Or(d.opts.AgentSocket, os.Getenv("SSH_AUTH_SOCK"))
 	if sock != "" && sock != "none" {
 		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 			ag := agent.NewClient(c)

@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io/fs"
@@ -195,9 +196,7 @@ func splitLast(p string) (parent, name string) {
 		return "/", ""
 	}
 	parent, name = t[:i], t[i+1:]
-	if parent == "" {
-		parent = "/"
-	}
+	parent = cmp.Or(parent, "/")
 	return parent, name
 }
 

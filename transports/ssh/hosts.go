@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,15 +90,9 @@ func NewHosts(opts HostsOptions) (*Hosts, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.KeepAlive == 0 {
-		opts.KeepAlive = DefaultKeepAlive
-	}
-	if opts.KeepAliveCount == 0 {
-		opts.KeepAliveCount = DefaultKeepAliveCount
-	}
-	if opts.Python == "" {
-		opts.Python = "python3"
-	}
+	opts.KeepAlive = cmp.Or(opts.KeepAlive, DefaultKeepAlive)
+	opts.KeepAliveCount = cmp.Or(opts.KeepAliveCount, DefaultKeepAliveCount)
+	opts.Python = cmp.Or(opts.Python, "python3")
 	h := &Hosts{opts: opts, res: res, conns: map[string]*hostConn{}, now: time.Now}
 	h.life, h.endLife = context.WithCancelCause(context.Background())
 	h.dialer = &dialer{opts: opts, jumpTo: h.clientFor}

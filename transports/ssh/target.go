@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -196,9 +197,7 @@ func (r *resolver) resolveDepth(s string, depth int) (Target, error) {
 			}
 		}
 	}
-	if t.Port == 0 {
-		t.Port = 22
-	}
+	t.Port = cmp.Or(t.Port, 22)
 	t.HostName = host
 	if hn := r.get(host, "HostName"); hn != "" {
 		t.HostName = strings.ReplaceAll(hn, "%h", host)
