@@ -53,7 +53,6 @@ type PoolOptions struct {
 // on a stdin FIFO that closes with it: they exit, and a later sweep removes their
 // containers once their tasks have stopped.
 type Pool struct {
-	key  string
 	warm *warm.Pool[*started]
 }
 
@@ -78,12 +77,10 @@ func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, gid, err := tr.opts.UserFor("/")
-	if err != nil {
+	if _, _, err := tr.opts.UserFor("/"); err != nil {
 		return nil, err
 	}
-	p := &Pool{key: tr.poolKey(uid, gid, "")}
-	p.warm = warm.New(warm.Options[*started]{Kind: "containerd", Size: opts.Size, Logger: opts.Logger,
+	return &Pool{warm: warm.New(warm.Options[*started]{Kind: "containerd", Key: tr.poolKey("/", ""), Size: opts.Size, Logger: opts.Logger,
 		Start: func(ctx context.Context) (*started, error) {
 			// Not cut short by Close (an object made after its request was cancelled
 			// would be nobody's): Close waits for the create instead.
@@ -98,15 +95,19 @@ func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 				return nil, err
 			}
 			return st, nil
-		}})
-	return p, nil
+		}})}, nil
 }
 
-// poolKey is what a kernel of t's for a session of uid:gid and python must share with a
-// pool's kernels to be one of them: the client, the image, the user, the interpreter and
-// the whole lock-down, each as it resolves.
-func (t *Transport) poolKey(uid, gid uint32, python string) string {
+// poolKey is what a kernel of t's for a session in dir and of python must share with a
+// pool's kernels to be one of them: the client, the image, the user (dir's), the
+// interpreter and the whole lock-down, each as it resolves; "" (no pool's) when dir's
+// user does not resolve.
+func (t *Transport) poolKey(dir, python string) string {
 	o := t.opts
+	uid, gid, err := o.UserFor(dir)
+	if err != nil {
+		return ""
+	}
 	image, _ := t.Image()
 	k, _ := json.Marshal([]any{
 		fmt.Sprintf("%p", t.cli), image, uid, gid, python,
@@ -127,20 +128,11 @@ func (p *Pool) Close(ctx context.Context) error { return p.warm.Close(ctx) }
 // error when the pool has none of t's description (a miss: the caller starts one cold)
 // or could not make one its session's (it is removed, and counted as a failure).
 func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) (transports.Kernel, error) {
-	uid, gid, err := t.opts.UserFor(spec.Dir)
-	if err != nil || t.poolKey(uid, gid, spec.Python) != p.key {
-		p.warm.Miss()
-		return nil, nil
-	}
-	st, ok := p.warm.Take()
+	st, ok := p.warm.Take(t.poolKey(spec.Dir, spec.Python))
 	if !ok {
 		return nil, nil
 	}
-	binds := make([]nsmount.Bind, 0, len(t.opts.Mounts))
-	for _, m := range t.opts.Mounts {
-		binds = append(binds, nsmount.Bind{Host: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
-	}
-	if err := nsmount.Into(st.ns, binds); err != nil {
+	if err := nsmount.Into(st.ns, nsmount.Binds(t.opts.Mounts)); err != nil {
 		p.warm.Failed(st, err)
 		return nil, nil
 	}
@@ -150,17 +142,10 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) 
 		return nil, nil
 	}
 	// The environment a cold start's kernel gets: the image's, then the transport's.
-	block, err := json.Marshal(struct {
-		Dir string   `json:"dir"`
-		Env []string `json:"env"`
-	}{spec.Dir, overlayEnv(st.imgEnv, t.env(b, st.kid).Build(spec.Env))})
-	if err != nil {
-		p.warm.Failed(st, err)
-		return nil, nil
-	}
+	env := overlayEnv(st.imgEnv, t.env(b, st.kid).Build(spec.Env))
 	_ = st.ns.Close()
 	st.ns = nil
-	k, err := st.attach(ctx, st.token+"\n"+string(block)+"\n")
+	k, err := st.attach(ctx, warm.StartBlock(st.token, spec.Dir, env))
 	if err != nil {
 		return nil, err
 	}

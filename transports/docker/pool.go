@@ -72,7 +72,6 @@ type PoolStats = transports.PoolStats
 type Pool struct {
 	tr       *Transport
 	instance string
-	key      string
 	warm     *warm.Pool[*detachedContainer]
 }
 
@@ -108,8 +107,7 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	inst := make([]byte, 8)
 	_, _ = rand.Read(inst) // never fails
 	p := &Pool{tr: tr, instance: hex.EncodeToString(inst)}
-	p.key = tr.poolKey(cli, tr.opts.User, "")
-	p.warm = warm.New(warm.Options[*detachedContainer]{Kind: "docker", Size: opts.Size, Start: p.start, Logger: opts.Logger})
+	p.warm = warm.New(warm.Options[*detachedContainer]{Kind: "docker", Key: tr.poolKey(cli, tr.opts.User, ""), Size: opts.Size, Start: p.start, Logger: opts.Logger})
 	return p, nil
 }
 
@@ -192,18 +190,11 @@ func waitListening(ctx context.Context, c *detachedContainer) error {
 // error when the pool has none of t's description (a miss: the caller starts one cold)
 // or could not make one its session's (it is removed, and counted as a failure).
 func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec transports.Spec) (transports.Kernel, error) {
-	if t.poolKey(t.cli, t.opts.UserFor(spec.Dir), spec.Python) != p.key {
-		p.warm.Miss()
-		return nil, nil
-	}
-	c, ok := p.warm.Take()
+	c, ok := p.warm.Take(t.poolKey(t.cli, t.opts.UserFor(spec.Dir), spec.Python))
 	if !ok {
 		return nil, nil
 	}
-	binds := make([]nsmount.Bind, 0, len(t.opts.Mounts)+1)
-	for _, m := range t.opts.Mounts {
-		binds = append(binds, nsmount.Bind{Host: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})
-	}
+	binds := nsmount.Binds(t.opts.Mounts)
 	if m, ok := t.jobOutMount(spec); ok {
 		binds = append(binds, nsmount.Bind{Host: m.Source, Target: m.Target})
 		c.jobOutDir = ContainerJobOutDir
@@ -218,16 +209,8 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec t
 	if c.hostname != "" {
 		env = append([]string{"HOSTNAME=" + c.hostname}, env...)
 	}
-	block, err := json.Marshal(struct {
-		Dir string   `json:"dir"`
-		Env []string `json:"env"`
-	}{spec.Dir, env})
-	if err != nil {
-		p.warm.Failed(c, err)
-		return nil, nil
-	}
 	_ = c.ns.Close()
-	k, err := t.reachDetached(ctx, c, c.token+"\n"+string(block)+"\n")
+	k, err := t.reachDetached(ctx, c, warm.StartBlock(c.token, spec.Dir, env))
 	if err != nil {
 		return nil, err
 	}

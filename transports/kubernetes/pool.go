@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"strings"
 	"time"
 
@@ -68,7 +67,6 @@ type PoolOptions struct {
 // execs to end with its connections: the kernels exit, and their pods end once idle
 // (init.py) and are swept.
 type Pool struct {
-	key  string
 	rt   *nodeRuntime
 	warm *warm.Pool[*pooledPod]
 }
@@ -107,17 +105,22 @@ func NewPool(cli *Client, opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pool{key: tr.poolKey(uid, gid, "python3"), rt: rt}
-	p.warm = warm.New(warm.Options[*pooledPod]{Kind: Name, Size: opts.Size, Logger: opts.Logger,
+	p := &Pool{rt: rt}
+	p.warm = warm.New(warm.Options[*pooledPod]{Kind: Name, Key: tr.poolKey("/", "python3"), Size: opts.Size, Logger: opts.Logger,
 		Start: func(ctx context.Context) (*pooledPod, error) { return p.start(ctx, tr, uid, gid) }})
 	return p, nil
 }
 
-// poolKey is what a kernel of t's for a session of uid:gid and python must share with a
+// poolKey is what a kernel of t's for a session in dir and of python must share with a
 // pool's kernels to be one of them: the client, namespace, image and pull policy, the
-// user, the interpreter, the whole lock-down, the node, the owner and the controller.
-func (t *Transport) poolKey(uid, gid int64, python string) string {
+// user (dir's), the interpreter, the whole lock-down, the node, the owner and the
+// controller; "" (no pool's) when dir's user does not resolve.
+func (t *Transport) poolKey(dir, python string) string {
 	o := t.opts
+	uid, gid, err := o.UserFor(dir)
+	if err != nil {
+		return ""
+	}
 	k, _ := json.Marshal([]any{
 		fmt.Sprintf("%p", t.cli), t.ns, t.image, o.PullPolicy, uid, gid, python,
 		limit(o.Memory, DefaultMemory), limit(o.MilliCPU, DefaultMilliCPU), limit(o.TmpSize, DefaultTmpSize),
@@ -151,9 +154,7 @@ type pooledPod struct {
 // start makes one ready kernel of t's, as uid:gid: its pod, then its kernel.
 func (p *Pool) start(ctx context.Context, t *Transport, uid, gid int64) (_ *pooledPod, err error) {
 	id := make([]byte, 8)
-	if _, err := rand.Read(id); err != nil {
-		return nil, err
-	}
+	_, _ = rand.Read(id) // never fails
 	pp := &pooledPod{t: t, name: podName(id), kernel: hex.EncodeToString(id), exited: make(chan struct{})}
 	var undo []func(context.Context)
 	defer func() {
@@ -232,40 +233,20 @@ func (pp *pooledPod) Discard(ctx context.Context) {
 // (it is removed, and counted as a failure). A kernel that fails after that, or a pod
 // that could not be labelled with its session, is an error, and its pod is removed.
 func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec, python string) (transports.Kernel, error) {
-	uid, gid, err := t.opts.UserFor(spec.Dir)
-	if err != nil || t.poolKey(uid, gid, python) != p.key {
-		p.warm.Miss()
-		return nil, nil
-	}
-	pp, ok := p.warm.Take()
+	pp, ok := p.warm.Take(t.poolKey(spec.Dir, python))
 	if !ok {
 		return nil, nil
 	}
-	binds := make([]nsmount.Bind, 0, len(t.opts.Mounts))
-	for _, m := range t.opts.Mounts {
-		binds = append(binds, nsmount.Bind{Host: path.Clean(m.Host), Target: path.Clean(m.Sandbox), ReadOnly: m.ReadOnly})
-	}
-	if err := nsmount.Into(pp.ns, binds); err != nil {
+	if err := nsmount.Into(pp.ns, nsmount.Binds(t.opts.Mounts)); err != nil {
 		p.warm.Failed(pp, err)
 		return nil, nil
 	}
 	_ = pp.ns.Close()
 	pp.ns = nil
 	token := make([]byte, 32)
-	if _, err := rand.Read(token); err != nil {
-		p.warm.Failed(pp, err)
-		return nil, nil
-	}
+	_, _ = rand.Read(token) // never fails
 	b := t.bridged(pp.name, python)
 	rec := transports.Record{Kernel: pp.kernel, Token: hex.EncodeToString(token), RunDir: b.RunDir(pp.kernel)}
-	line, err := json.Marshal(struct {
-		Dir string   `json:"dir"`
-		Env []string `json:"env"`
-	}{spec.Dir, t.kernelEnv(rec.RunDir).Build(spec.Env)})
-	if err != nil {
-		p.warm.Failed(pp, err)
-		return nil, nil
-	}
 	// The pod is labelled with its session while its kernel gets its start block.
 	labelled := make(chan error, 1)
 	go func() { labelled <- t.labelSession(ctx, pp.name, spec.SessionID) }()
@@ -273,7 +254,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec, 
 		pp.Discard(ctx)
 		return nil, fmt.Errorf("hand out pooled kernel of pod %s/%s: %w", t.ns, pp.name, err)
 	}
-	conn, err := pp.cmd.HandOut(ctx, []byte(rec.Token+"\n"+string(line)+"\n"))
+	conn, err := pp.cmd.HandOut(ctx, []byte(warm.StartBlock(rec.Token, spec.Dir, t.kernelEnv(rec.RunDir).Build(spec.Env))))
 	if err != nil {
 		<-labelled
 		return fail(err)

@@ -134,9 +134,7 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 	}
 	python := cmp.Or(spec.Python, "python3")
 	random := make([]byte, 8)
-	if _, err := rand.Read(random); err != nil {
-		return nil, err
-	}
+	_, _ = rand.Read(random) // never fails
 	name := podName(random)
 	if t.opts.Detached && t.opts.Pool != nil {
 		if k, err := t.opts.Pool.handOut(ctx, t, spec, python); k != nil || err != nil {

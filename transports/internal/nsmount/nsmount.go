@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kennel-dev/kennel/pathmap"
 )
 
 // Bind is a bind mount a pooled kernel's container gets at its hand-out: the host
@@ -22,6 +24,15 @@ import (
 type Bind struct {
 	Host, Target string
 	ReadOnly     bool
+}
+
+// Binds are the bind mounts of a session's path-map mounts, each path cleaned.
+func Binds(mounts []pathmap.Mount) []Bind {
+	binds := make([]Bind, 0, len(mounts)+1)
+	for _, m := range mounts {
+		binds = append(binds, Bind{Host: path.Clean(m.Host), Target: path.Clean(m.Sandbox), ReadOnly: m.ReadOnly})
+	}
+	return binds
 }
 
 // Hold opens the mount namespace of process pid (/proc/PID/ns/mnt); alive, checked after

@@ -7,6 +7,7 @@ package warm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,9 @@ type Ready interface {
 type Options[R Ready] struct {
 	// Kind names the transport in the pool's logs ("docker").
 	Kind string
+	// Key is the pool's description: what a session's must be for a Take to hand it
+	// one of the pool's kernels.
+	Key string
 	// Size is how many ready kernels to keep, at least 1.
 	Size int
 	// Start makes one ready kernel; ctx ends when the pool closes.
@@ -77,12 +81,13 @@ func (p *Pool[R]) Stats() transports.PoolStats {
 	return s
 }
 
-// Take returns a ready kernel and counts a hit, or, with none ready (or the pool closed),
-// counts a miss and returns false.
-func (p *Pool[R]) Take() (R, bool) {
+// Take returns a ready kernel for a session whose description is key and counts a hit,
+// or, with key not the pool's (Options.Key), none ready or the pool closed, counts a miss
+// and returns false: the session starts cold.
+func (p *Pool[R]) Take(key string) (R, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for !p.closed && len(p.ready) > 0 {
+	for key == p.o.Key && !p.closed && len(p.ready) > 0 {
 		r := p.ready[0]
 		p.ready = p.ready[1:]
 		select {
@@ -97,13 +102,6 @@ func (p *Pool[R]) Take() (R, bool) {
 	p.stats.Misses++
 	var zero R
 	return zero, false
-}
-
-// Miss counts a session of another description than the pool's: it started cold.
-func (p *Pool[R]) Miss() {
-	p.mu.Lock()
-	p.stats.Misses++
-	p.mu.Unlock()
 }
 
 // Failed discards r, taken but not made its session's (err says why), and counts its
@@ -228,6 +226,17 @@ func (p *Pool[R]) poke() {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// StartBlock is what a ready kernel reads at its hand-out, after which it is its
+// session's: the session's token, then its working directory and whole environment as
+// one JSON line.
+func StartBlock(token, dir string, env []string) string {
+	line, _ := json.Marshal(struct { // strings only: it cannot fail
+		Dir string   `json:"dir"`
+		Env []string `json:"env"`
+	}{dir, env})
+	return token + "\n" + string(line) + "\n"
 }
 
 // ErrEnded says a kernel ended before it was ready.

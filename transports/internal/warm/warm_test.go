@@ -71,12 +71,12 @@ func TestAPoolFillsHandsOutOnceAndReplaces(t *testing.T) {
 	p := New(Options[*fake]{Kind: "test", Size: 2, Start: s.start})
 	waitStats(t, p, func(v statsView) bool { return v.ready == 2 && v.refills == 2 })
 
-	a, ok := p.Take()
+	a, ok := p.Take("")
 	if !ok {
 		t.Fatal("no kernel from a full pool")
 	}
 	waitStats(t, p, func(v statsView) bool { return v.ready == 2 && v.refills == 3 && v.hits == 1 })
-	b, _ := p.Take()
+	b, _ := p.Take("")
 	if a == b {
 		t.Fatal("one kernel handed out twice")
 	}
@@ -92,8 +92,10 @@ func TestAPoolFillsHandsOutOnceAndReplaces(t *testing.T) {
 		t.Errorf("an ended ready kernel was discarded %d times", victim.discarded.Load())
 	}
 
-	p.Miss()
-	c, _ := p.Take()
+	if _, ok := p.Take("another description"); ok {
+		t.Fatal("a kernel handed out to a session of another description")
+	}
+	c, _ := p.Take("")
 	p.Failed(c, errors.New("could not mount"))
 	if c.discarded.Load() != 1 {
 		t.Error("a kernel that could not be handed out was not discarded")
@@ -114,7 +116,7 @@ func TestAPoolFillsHandsOutOnceAndReplaces(t *testing.T) {
 			t.Errorf("%s discarded %d times, want %d", f, got, want)
 		}
 	}
-	if _, ok := p.Take(); ok {
+	if _, ok := p.Take(""); ok {
 		t.Error("a closed pool handed out a kernel")
 	}
 }
