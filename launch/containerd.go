@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,36 +18,22 @@ import (
 // ctrdAddress is a containerd address as the Kit keys its clients: no unix:// scheme,
 // empty as containerd.DefaultAddress.
 func ctrdAddress(addr string) string {
-	addr = strings.TrimPrefix(addr, "unix://")
-	if addr == "" {
-		addr = containerd.DefaultAddress
-	}
-	return addr
+	return cmp.Or(strings.TrimPrefix(addr, "unix://"), containerd.DefaultAddress)
 }
 
 // containerdOptions is the transport's options for c, the description's containerd
 // fields, with mounts as its bind mounts.
 func (k *Kit) containerdOptions(c *sessionspec.Containerd, mounts []pathmap.Mount) (containerd.Options, error) {
 	o := k.opts.Containerd
-	if c.Image != "" {
-		o.Image = c.Image
-	}
-	if c.Runtime != "" {
-		o.Runtime = c.Runtime
-	}
-	if c.User != "" {
-		o.User = c.User
-	}
-	if c.Pids != 0 {
-		o.Pids = c.Pids
-	}
+	o.Image = cmp.Or(c.Image, o.Image)
+	o.Runtime = cmp.Or(c.Runtime, o.Runtime)
+	o.User = cmp.Or(c.User, o.User)
+	o.Pids = cmp.Or(c.Pids, o.Pids)
 	mem, nano, err := limits(c)
 	if err != nil {
 		return o, err
 	}
-	if mem != 0 {
-		o.Memory = mem
-	}
+	o.Memory = cmp.Or(mem, o.Memory)
 	switch {
 	case nano < 0:
 		o.CPUQuota = -1
@@ -87,17 +74,10 @@ func (k *Kit) containerd(ctx context.Context, spec *sessionspec.Transport, dir s
 		if a := strings.TrimPrefix(addr, "unix://"); a != "" && a != containerd.DefaultAddress && (errors.Is(err, containerd.ErrImageMissing) || errors.Is(err, containerd.ErrImageStale)) {
 			return fmt.Errorf("containerd %s: %w (give it --address %s)", addr, err, addr)
 		}
-		return fmt.Errorf("containerd %s: %w", orDefault(addr, containerd.DefaultAddress), err)
+		return fmt.Errorf("containerd %s: %w", cmp.Or(addr, containerd.DefaultAddress), err)
 	}
 	p.Transport, p.Python = tr, spec.Python
 	return nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // containerdClient returns the Kit's client of the containerd at addr (empty: the

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -17,18 +18,10 @@ type kubeKey struct{ config, context string }
 // fields, with mounts as its hostPath volumes.
 func (k *Kit) kubernetesOptions(d *sessionspec.Kubernetes, mounts []pathmap.Mount) (kubernetes.Options, error) {
 	o := k.opts.Kubernetes
-	if d.Namespace != "" {
-		o.Namespace = d.Namespace
-	}
-	if d.Image != "" {
-		o.Image = d.Image
-	}
-	if d.Node != "" {
-		o.Node = d.Node
-	}
-	if d.User != "" {
-		o.User = d.User
-	}
+	o.Namespace = cmp.Or(d.Namespace, o.Namespace)
+	o.Image = cmp.Or(d.Image, o.Image)
+	o.Node = cmp.Or(d.Node, o.Node)
+	o.User = cmp.Or(d.User, o.User)
 	if d.Network == "cluster" {
 		o.AllowNetwork = true
 	}
@@ -36,9 +29,7 @@ func (k *Kit) kubernetesOptions(d *sessionspec.Kubernetes, mounts []pathmap.Moun
 	if err != nil {
 		return o, err
 	}
-	if mem != 0 {
-		o.Memory = mem
-	}
+	o.Memory = cmp.Or(mem, o.Memory)
 	switch {
 	case nano < 0:
 		o.MilliCPU = -1

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,12 +82,14 @@ type Kit struct {
 	// once (kubeSwept).
 	kube      map[kubeKey]*kubernetes.Client
 	kubeSwept map[string]bool
-	// dockerPool and ctrdPool are the warm pools (StartPools), or nil; ctrdPool keeps
-	// kernels of the containerd at ctrdPoolAddr.
+	// pools are the warm pools StartPools started, by kind; dockerPool, ctrdPool (of
+	// the containerd at ctrdPoolAddr) and kubePool (of the default kubeconfig and
+	// context) are those of each kind, or nil.
+	pools        []kitPool
 	dockerPool   *docker.Pool
 	ctrdPool     *containerd.Pool
 	ctrdPoolAddr string
-	kubePool     *kubernetes.Pool // of the default kubeconfig and context
+	kubePool     *kubernetes.Pool
 	closed       bool
 }
 
@@ -96,18 +99,10 @@ func New(opts Options) *Kit {
 		opts.LookupEnv = os.LookupEnv
 	}
 	if opts.RunDir != "" {
-		if opts.Local.RunDir == "" {
-			opts.Local.RunDir = opts.RunDir
-		}
-		if opts.Docker.RunDir == "" {
-			opts.Docker.RunDir = opts.RunDir
-		}
-		if opts.Docker.DetachedOwner == "" {
-			opts.Docker.DetachedOwner = DetachedOwner(opts.RunDir)
-		}
-		if opts.Containerd.RunDir == "" {
-			opts.Containerd.RunDir = opts.RunDir
-		}
+		opts.Local.RunDir = cmp.Or(opts.Local.RunDir, opts.RunDir)
+		opts.Docker.RunDir = cmp.Or(opts.Docker.RunDir, opts.RunDir)
+		opts.Docker.DetachedOwner = cmp.Or(opts.Docker.DetachedOwner, DetachedOwner(opts.RunDir))
+		opts.Containerd.RunDir = cmp.Or(opts.Containerd.RunDir, opts.RunDir)
 		opts.SSH.Detached = true
 		opts.Kubernetes.Detached = true
 	}
@@ -122,18 +117,10 @@ func (k *Kit) Close() error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if k.dockerPool != nil {
-		errs = append(errs, k.dockerPool.Close(ctx))
-		k.dockerPool = nil
+	for _, p := range k.pools {
+		errs = append(errs, p.pool.Close(ctx))
 	}
-	if k.ctrdPool != nil {
-		errs = append(errs, k.ctrdPool.Close(ctx))
-		k.ctrdPool = nil
-	}
-	if k.kubePool != nil {
-		errs = append(errs, k.kubePool.Close(ctx))
-		k.kubePool = nil
-	}
+	k.pools, k.dockerPool, k.ctrdPool, k.kubePool = nil, nil, nil, nil
 	if k.engine != nil {
 		errs = append(errs, k.engine.Close())
 		k.engine = nil

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/kennel-dev/kennel/sessionspec"
+	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/containerd"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/kubernetes"
@@ -59,11 +62,11 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("pools: a session's directories are mounted into a waiting kernel's container at hand-out, which needs a daemon running as root (run it as root, or without --pool and the pool setting): %w", errdefs.ErrUnavailable)
 	}
-	var started []interface{ Close(context.Context) error }
+	var started []kitPool
 	defer func() {
 		if err != nil {
 			for _, p := range started {
-				_ = p.Close(context.WithoutCancel(ctx))
+				_ = p.pool.Close(context.WithoutCancel(ctx))
 			}
 		}
 	}()
@@ -80,7 +83,7 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 		if dp, err = docker.NewPool(cli, docker.PoolOptions{Size: ps.Docker, Kernel: o, Logger: logger}); err != nil {
 			return err
 		}
-		started = append(started, dp)
+		started = append(started, kitPool{"docker", dp})
 	}
 	var cp *containerd.Pool
 	addr := ctrdAddress(ps.ContainerdAddress)
@@ -96,7 +99,7 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 		if cp, err = containerd.NewPool(cli, containerd.PoolOptions{Size: ps.Containerd, Kernel: o, Logger: logger}); err != nil {
 			return err
 		}
-		started = append(started, cp)
+		started = append(started, kitPool{"containerd", cp})
 	}
 	var kp *kubernetes.Pool
 	if ps.Kubernetes > 0 {
@@ -117,31 +120,35 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 		if kp, err = kubernetes.NewPool(cli, kubernetes.PoolOptions{Size: ps.Kubernetes, Kernel: o, Runtime: cmp.Or(ps.KubernetesRuntime, kubernetes.DefaultRuntime), Logger: logger}); err != nil {
 			return fmt.Errorf("kubernetes pool: %w", err)
 		}
-		started = append(started, kp)
+		started = append(started, kitPool{"kubernetes", kp})
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.dockerPool != nil || k.ctrdPool != nil || k.kubePool != nil {
+	if k.closed || k.pools != nil {
 		return fmt.Errorf("pools: the kit is closed or has its pools")
 	}
-	k.dockerPool, k.ctrdPool, k.ctrdPoolAddr, k.kubePool = dp, cp, addr, kp
+	slices.SortFunc(started, func(a, b kitPool) int { return strings.Compare(a.kind, b.kind) })
+	k.pools, k.dockerPool, k.ctrdPool, k.ctrdPoolAddr, k.kubePool = started, dp, cp, addr, kp
 	return nil
+}
+
+// kitPool is a warm pool of a Kit's, of one transport kind.
+type kitPool struct {
+	kind string
+	pool interface {
+		Stats() transports.PoolStats
+		Close(context.Context) error
+	}
 }
 
 // PoolStats returns the figures of the Kit's pools, by kind (none without pools).
 func (k *Kit) PoolStats() []PoolStat {
 	k.mu.Lock()
-	dp, cp, kp := k.dockerPool, k.ctrdPool, k.kubePool
+	pools := k.pools
 	k.mu.Unlock()
 	var out []PoolStat
-	if cp != nil {
-		out = append(out, PoolStat{Kind: "containerd", PoolStats: cp.Stats()})
-	}
-	if dp != nil {
-		out = append(out, PoolStat{Kind: "docker", PoolStats: dp.Stats()})
-	}
-	if kp != nil {
-		out = append(out, PoolStat{Kind: "kubernetes", PoolStats: kp.Stats()})
+	for _, p := range pools {
+		out = append(out, PoolStat{Kind: p.kind, PoolStats: p.pool.Stats()})
 	}
 	return out
 }

@@ -15,10 +15,7 @@ import (
 // an error matching ssh.ErrUnreachable once the Kit is closed, and with NewHosts's error
 // when Options.Hosts cannot be used. The Hosts stays the Kit's: the caller must not
 // Close it.
-func (k *Kit) Hosts() (*ssh.Hosts, error) { return k.sshHosts() }
-
-// sshHosts returns the Kit's ssh connections.
-func (k *Kit) sshHosts() (*ssh.Hosts, error) {
+func (k *Kit) Hosts() (*ssh.Hosts, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
@@ -35,7 +32,7 @@ func (k *Kit) sshHosts() (*ssh.Hosts, error) {
 }
 
 func (k *Kit) ssh(ctx context.Context, spec *sessionspec.Transport, p *Parts) error {
-	hosts, err := k.sshHosts()
+	hosts, err := k.Hosts()
 	if err != nil {
 		return err
 	}
