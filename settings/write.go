@@ -147,33 +147,27 @@ func apply(root *node, path []string, v *node) (bool, error) {
 
 // writeAtomic replaces file with data: a new file (0600) beside it, synced, renamed
 // over it, and the directory synced.
-func writeAtomic(file string, data []byte) (err error) {
+func writeAtomic(file string, data []byte) error {
 	dir := filepath.Dir(file)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(file)+".tmp-*")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
+	err = tmp.Chmod(0o600)
+	if err == nil {
+		_, err = tmp.Write(data)
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
 	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err != nil {
+		os.Remove(tmp.Name())
 		return err
 	}
 	if d, err := os.Open(dir); err == nil {

@@ -76,11 +76,7 @@ func (k *Kernel) Socket() string { return k.path }
 // Close stops listening and drops the connection (the kernel is gone: dials find no one).
 func (k *Kernel) Close() {
 	_ = k.ln.Close()
-	k.mu.Lock()
-	if k.conn != nil {
-		_ = k.conn.Close()
-	}
-	k.mu.Unlock()
+	k.Drop()
 	k.wg.Wait()
 }
 

@@ -1,6 +1,7 @@
 package transporttest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,12 +42,7 @@ func NewClient(k transports.Kernel) *Client {
 	return &Client{k: k, rd: newReader(k.Stdout())}
 }
 
-func (c *Client) timeout() time.Duration {
-	if c.Timeout == 0 {
-		return defaultTimeout
-	}
-	return c.Timeout
-}
+func (c *Client) timeout() time.Duration { return cmp.Or(c.Timeout, defaultTimeout) }
 
 // Next returns the kernel's next frame. It fails when Stdout ends (saying why, when the
 // stream broke the protocol) or no frame comes within Timeout.
@@ -173,10 +169,7 @@ func (c *Client) Job(command string) error {
 // stream broke the protocol (a malformed frame, one cut at EOF) or failed. Once Stdout
 // has ended, End returns the same at once.
 func (c *Client) End(d time.Duration) error {
-	if d == 0 {
-		d = c.timeout()
-	}
-	return c.rd.end(d)
+	return c.rd.end(cmp.Or(d, c.timeout()))
 }
 
 // Start starts a kernel of tr from spec and reads its hello, failing t if either fails.
@@ -188,9 +181,7 @@ func (c *Client) End(d time.Duration) error {
 // a clean EOF (as End does), reporting what fails; the test may have done either before.
 func Start(t testing.TB, tr transports.Transport, spec transports.Spec) (transports.Kernel, *Client) {
 	t.Helper()
-	if spec.SessionID == "" {
-		spec.SessionID = sessionID(t)
-	}
+	spec.SessionID = cmp.Or(spec.SessionID, sessionID(t))
 	if spec.Dir == "" {
 		spec.Dir = t.TempDir()
 	}

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -134,7 +135,7 @@ func PooledKernelKeepsNothing(t *testing.T, pool Pool, start PooledStart) (kb tr
 	// The environment of a kernel started cold for the same session.
 	_, cc := run(mountsB, transports.Spec{SessionID: "pool-cold", Dir: "/work", Env: []string{"SECRET_B=b1"}}, false)
 	pc := probe(t, cc)
-	if got, want := sortedKeys(pb.Env), sortedKeys(pc.Env); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(pb.Env)), slices.Sorted(maps.Keys(pc.Env)); !slices.Equal(got, want) {
 		t.Errorf("a pooled kernel's environment has keys %v, a cold one's %v", got, want)
 	}
 	for _, k := range []string{"PATH", "HOME", "LANG", "SECRET_B"} {
@@ -146,15 +147,6 @@ func PooledKernelKeepsNothing(t *testing.T, pool Pool, start PooledStart) (kb tr
 		t.Errorf("pool: %+v, want 2 hits and no failure", s)
 	}
 	return kb, pb, pc
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // StartFor returns a PooledStart over newTransport, which makes a transport of the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,9 +118,7 @@ func (s *Server) netns(t testing.TB) (ns, addr string) {
 	var b [3]byte
 	var subnet string
 	for try := 0; ; try++ {
-		if _, err := rand.Read(b[:]); err != nil {
-			t.Fatal(err)
-		}
+		_, _ = rand.Read(b[:]) // never fails
 		// A subnet no interface of the host has (another test's, or one a killed test
 		// left): two veths with one subnet would route each other's packets.
 		subnet = fmt.Sprintf("10.213.%d", b[0])
@@ -150,12 +149,7 @@ func addrInUse(prefix string) bool {
 	if err != nil {
 		return false
 	}
-	for _, a := range addrs {
-		if strings.HasPrefix(a.String(), prefix) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(addrs, func(a net.Addr) bool { return strings.HasPrefix(a.String(), prefix) })
 }
 
 // StartWith is Start with the variations opts chooses.
@@ -384,11 +378,13 @@ func (s *Server) RawRun(t testing.TB, command string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ssh", append(s.SSHArgs(), Alias, command)...).Output()
-	if err != nil {
-		t.Fatalf("sshtest: ssh %q: %v", command, err)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ssh", append(s.SSHArgs(), Alias, command)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("sshtest: ssh %q: %v\n%s", command, err, stderr.String())
 	}
-	return string(out)
+	return stdout.String()
 }
 
 // Run runs a shell command on the server over the system ssh client (a separate,
@@ -396,17 +392,8 @@ func (s *Server) RawRun(t testing.TB, command string) string {
 // fails the test when the command fails.
 func (s *Server) Run(t testing.TB, command string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args := append(s.SSHArgs(), Alias, command)
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "ssh", args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("sshtest: ssh %q: %v\n%s", command, err, stderr.String())
-	}
 	var out strings.Builder
-	for line := range strings.Lines(stdout.String()) {
+	for line := range strings.Lines(s.RawRun(t, command)) {
 		if !strings.Contains(line, Banner) {
 			out.WriteString(line)
 		}
