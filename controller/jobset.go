@@ -50,10 +50,7 @@ func (s *Session) initJobs(ctx context.Context) error {
 		return fmt.Errorf("start session: %w", err)
 	}
 	s.opts.JobKillGrace = cmp.Or(s.opts.JobKillGrace, 2*time.Second)
-	state := s.opts.StateDir
-	if state == "" {
-		state = DefaultStateDir()
-	}
+	state := cmp.Or(s.opts.StateDir, DefaultStateDir())
 	if err := output.PrepareDir(state); err != nil {
 		return fmt.Errorf("start session: state dir: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -182,10 +183,7 @@ func (s *Session) Functions() []Function {
 		return nil
 	}
 	kc.mu.Lock()
-	out := make([]Function, 0, len(kc.functions))
-	for _, f := range kc.functions {
-		out = append(out, f)
-	}
+	out := slices.AppendSeq(make([]Function, 0, len(kc.functions)), maps.Values(kc.functions))
 	kc.mu.Unlock()
 	slices.SortFunc(out, func(a, b Function) int { return strings.Compare(a.Name, b.Name) })
 	return out

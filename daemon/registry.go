@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -153,10 +154,7 @@ func (r *registry) take(id string) (*entry, bool) {
 // list returns the sessions ordered by creation time, then id.
 func (r *registry) list() []*entry {
 	r.mu.Lock()
-	out := make([]*entry, 0, len(r.sessions))
-	for _, e := range r.sessions {
-		out = append(out, e)
-	}
+	out := slices.AppendSeq(make([]*entry, 0, len(r.sessions)), maps.Values(r.sessions))
 	r.mu.Unlock()
 	sort.Slice(out, func(a, b int) bool {
 		if !out[a].created.Equal(out[b].created) {

@@ -148,9 +148,7 @@ type Server struct {
 // and returns a Server that serves nothing yet.
 func New(opts Options) (_ *Server, err error) {
 	opts.Socket = cmp.Or(opts.Socket, DefaultSocket(os.Getenv))
-	if opts.StateDir == "" {
-		opts.StateDir = DefaultStateDir(os.Getenv)
-	}
+	opts.StateDir = cmp.Or(opts.StateDir, DefaultStateDir(os.Getenv))
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("new daemon: state directory: %w", err)
 	}

@@ -424,13 +424,5 @@ func requiredLiteral(re *syntax.Regexp) []byte {
 // usesTextAnchors reports whether re has \A or \z (^ and $ are line anchors here: the
 // pattern is parsed in multi-line mode).
 func usesTextAnchors(re *syntax.Regexp) bool {
-	if re.Op == syntax.OpBeginText || re.Op == syntax.OpEndText {
-		return true
-	}
-	for _, sub := range re.Sub {
-		if usesTextAnchors(sub) {
-			return true
-		}
-	}
-	return false
+	return re.Op == syntax.OpBeginText || re.Op == syntax.OpEndText || slices.ContainsFunc(re.Sub, usesTextAnchors)
 }

@@ -3,8 +3,10 @@ package images
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 )
 
@@ -99,11 +101,7 @@ func (b *Bundle) writeTree(root string) error {
 			return err
 		}
 	}
-	dirs := make([]string, 0, len(made)+1)
-	for d := range made {
-		dirs = append(dirs, d)
-	}
-	dirs = append(dirs, root)
+	dirs := append(slices.Collect(maps.Keys(made)), root)
 	for _, d := range dirs {
 		if err := syncDir(d); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,10 +42,7 @@ func (k *Kit) ssh(ctx context.Context, spec *sessionspec.Transport, p *Parts) er
 	if probe.Status != ssh.StatusReady {
 		return fmt.Errorf("ssh %s: %w", target, probe.Err)
 	}
-	dir := spec.SSH.Dir
-	if dir == "" {
-		dir = probe.Home
-	}
+	dir := cmp.Or(spec.SSH.Dir, probe.Home)
 	var handler controller.HostHandler
 	fs, err := hosts.OpenFS(ctx, target+":"+dir, ssh.FSOptions{})
 	switch {

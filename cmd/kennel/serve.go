@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -71,9 +73,7 @@ and runc.`,
 			for _, p := range g.Problems {
 				logger.Warn("settings: " + p.Error())
 			}
-			if state == "" {
-				state = daemon.DefaultStateDir(os.Getenv)
-			}
+			state = cmp.Or(state, daemon.DefaultStateDir(os.Getenv))
 			sizes, err := poolSizes(g.Settings.Pool, pools)
 			if err != nil {
 				return err
@@ -109,9 +109,7 @@ and runc.`,
 // with the flag named.
 func poolSizes(setting settings.Pool, flags []string) (map[string]int, error) {
 	sizes := map[string]int{}
-	for k, n := range setting {
-		sizes[k] = n
-	}
+	maps.Copy(sizes, setting)
 	for _, f := range flags {
 		kind, num, ok := strings.Cut(f, "=")
 		if !ok || !slices.Contains(settings.PoolKinds, kind) {

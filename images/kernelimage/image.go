@@ -11,8 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,10 +241,7 @@ func BuildContext(bundle *images.Bundle) ([]byte, error) {
 			dirs[d] = true
 		}
 	}
-	var ds []string
-	for d := range dirs {
-		ds = append(ds, d)
-	}
+	ds := slices.Collect(maps.Keys(dirs))
 	sortByDepth(ds)
 	for _, d := range ds {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}); err != nil {

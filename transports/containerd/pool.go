@@ -1,6 +1,7 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,9 +71,7 @@ func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 	default:
 		return nil, fmt.Errorf("containerd pool: runtime %q may run containers outside this host's kernel, where a session's directories cannot be mounted at hand-out: %w", o.Runtime, errdefs.ErrUnavailable)
 	}
-	if o.User == "" {
-		o.User = docker.DefaultUser(os.Getuid(), os.Getgid(), nil)
-	}
+	o.User = cmp.Or(o.User, docker.DefaultUser(os.Getuid(), os.Getgid(), nil))
 	tr, err := New(cli, o)
 	if err != nil {
 		return nil, err

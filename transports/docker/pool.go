@@ -94,9 +94,7 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	if cli != nil && !strings.HasPrefix(cli.DaemonHost(), "unix://") {
 		return nil, fmt.Errorf("docker pool: engine %s is not on this host, where a session's directories are mounted at hand-out: %w", cli.DaemonHost(), cerrdefs.ErrUnavailable)
 	}
-	if o.User == "" {
-		o.User = DefaultUser(os.Getuid(), os.Getgid(), nil)
-	}
+	o.User = cmp.Or(o.User, DefaultUser(os.Getuid(), os.Getgid(), nil))
 	if _, _, err := numericUser(o.User); err != nil {
 		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.User", Reason: fmt.Sprintf("%q: a pool's kernels run as a numeric uid:gid", o.User)}
 	}

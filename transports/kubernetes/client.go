@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -68,10 +69,7 @@ func NewClient(cfg *rest.Config, namespace string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	if namespace == "" {
-		namespace = "default"
-	}
-	return &Client{config: cfg, clientset: cs, namespace: namespace}, nil
+	return &Client{config: cfg, clientset: cs, namespace: cmp.Or(namespace, "default")}, nil
 }
 
 // Connect loads the configuration o names and returns a Client once the API server

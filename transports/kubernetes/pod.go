@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
 	"path"
@@ -72,10 +73,7 @@ func (t *Transport) podSpec(name, session, python string, uid, gid int64) *corev
 	if c := limit(o.MilliCPU, DefaultMilliCPU); c > 0 {
 		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(c, resource.DecimalSI)
 	}
-	pull := o.PullPolicy
-	if pull == "" {
-		pull = corev1.PullNever
-	}
+	pull := cmp.Or(o.PullPolicy, corev1.PullNever)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{

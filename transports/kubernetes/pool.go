@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -90,9 +91,7 @@ func NewPool(cli *Client, opts PoolOptions) (*Pool, error) {
 	if opts.Runtime == "" {
 		return nil, &transports.FieldError{Field: "PoolOptions.Runtime", Reason: "empty: the node's CRI endpoint says which process runs a pod's container"}
 	}
-	if o.User == "" {
-		o.User = docker.DefaultUser(os.Getuid(), os.Getgid(), nil)
-	}
+	o.User = cmp.Or(o.User, docker.DefaultUser(os.Getuid(), os.Getgid(), nil))
 	tr, err := New(cli, o)
 	if err != nil {
 		return nil, err

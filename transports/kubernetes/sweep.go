@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,10 +59,7 @@ func Sweep(ctx context.Context, cli *Client, o SweepOptions) (SweepResult, error
 		return res, err
 	}
 	o.Self = self
-	ns := o.Namespace
-	if ns == "" {
-		ns = cli.Namespace()
-	}
+	ns := cmp.Or(o.Namespace, cli.Namespace())
 	sel := metav1.ListOptions{LabelSelector: LabelKennel + "=1"}
 	pods, err := cli.clientset.CoreV1().Pods(ns).List(ctx, sel)
 	if err != nil {

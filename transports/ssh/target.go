@@ -104,12 +104,7 @@ func parsePort(s string) (int, error) {
 }
 
 func hasControl(s string) bool {
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return true
-		}
-	}
-	return false
+	return strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 // resolver resolves targets through one ssh config.
@@ -179,10 +174,7 @@ func (r *resolver) resolveDepth(s string, depth int) (Target, error) {
 	if err != nil {
 		return Target{}, err
 	}
-	t := Target{Name: host, User: u, Port: port}
-	if t.User == "" {
-		t.User = r.get(host, "User")
-	}
+	t := Target{Name: host, User: cmp.Or(u, r.get(host, "User")), Port: port}
 	if t.User == "" {
 		if cur, err := user.Current(); err == nil {
 			t.User = cur.Username

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,14 +205,9 @@ func (p *Pool[R]) watch(r R) {
 		return
 	}
 	p.mu.Lock()
-	i := -1
-	for j, x := range p.ready {
-		if any(x) == any(r) {
-			i = j
-		}
-	}
+	i := slices.IndexFunc(p.ready, func(x R) bool { return any(x) == any(r) })
 	if i >= 0 {
-		p.ready = append(p.ready[:i], p.ready[i+1:]...)
+		p.ready = slices.Delete(p.ready, i, i+1)
 	}
 	p.mu.Unlock()
 	if i >= 0 {

@@ -100,12 +100,7 @@ func snapshot() (hostState, error) {
 
 // ours reports whether an iptables line names what a cluster here could add.
 func ours(l string) bool {
-	for _, w := range []string{"KUBE", "CNI", "cni", Bridge, "10.244."} {
-		if strings.Contains(l, w) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"KUBE", "CNI", "cni", Bridge, "10.244."}, func(w string) bool { return strings.Contains(l, w) })
 }
 
 // leftovers lists what the cluster of run directory dir and binaries bin left on the host
