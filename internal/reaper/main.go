@@ -24,8 +24,9 @@ const statusFD = 3
 // the kernel's exit code (128+signal when a signal ended it). Otherwise it returns false at
 // once, having changed nothing.
 //
-// Call it first thing in main and in TestMain, before flags are parsed or goroutines
-// started.
+// This package's init calls it, so a reaper process runs before the packages initialized
+// after this one (the heavy clients of the other transports) spend its start-up; main and
+// TestMain call it too, first thing, before flags are parsed or goroutines started.
 func Main() bool {
 	v, ok := os.LookupEnv(envMarker)
 	if !ok || len(os.Args) < 2 || os.Args[1] != argGuard {
