@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kennel-dev/kennel/controller"
-	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
 	"github.com/kennel-dev/kennel/sessionspec"
@@ -34,20 +32,7 @@ func TestADockerSessionsFilesBelongToItsKernel(t *testing.T) {
 	t.Cleanup(func() { _ = kit.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := kit.Assemble(ctx, &sessionspec.Transport{Docker: &sessionspec.Docker{}}, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Release)
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := controller.Start(ctx, p.Apply(controller.Options{Bundle: b.Hash(), StateDir: filepath.Join(t.TempDir(), "state")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s, _ := startAssembled(t, kit, &sessionspec.Transport{Docker: &sessionspec.Docker{}}, dir)
 	res, err := s.Execute(ctx, "import os, kennel\nopen('own.txt', 'w').close()\nkennel.fs.write('made/by/host.txt', 'x')\n(os.getuid(), os.getgid())", nil)
 	if err != nil || res.Status != "ok" || res.Result == nil {
 		t.Fatalf("cell: %+v %+v, %v", res, res.Error, err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kennel-dev/kennel/controller"
-	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/sessionspec"
@@ -28,26 +27,11 @@ func TestKubernetesSessionsFromTheirDescription(t *testing.T) {
 	c := kubetest.Cluster(t)
 	kit := New(Options{})
 	t.Cleanup(func() { _ = kit.Close() })
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := func(t *testing.T, spec *sessionspec.Transport, dir string) *controller.Session {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		p, err := kit.Assemble(ctx, spec, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Release)
+		s, p := startAssembled(t, kit, spec, dir)
 		if p.Kind != sessionspec.KindKubernetes || p.Transport.Name() != "kubernetes" {
 			t.Fatalf("parts %+v", p)
 		}
-		s, err := controller.Start(ctx, p.Apply(controller.Options{Bundle: b.Hash(), StateDir: filepath.Join(t.TempDir(), "state")}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
 		return s
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -125,20 +109,7 @@ func TestAKitHandsOutPooledKubernetesKernels(t *testing.T) {
 		Kubernetes: &sessionspec.Kubernetes{Node: c.Node},
 		PathMap:    []pathmap.Mount{{Sandbox: "/work", Host: dir}},
 	}
-	p, err := kit.Assemble(ctx, spec, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Release)
-	b, err := images.Stub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := controller.Start(ctx, p.Apply(controller.Options{Bundle: b.Hash(), StateDir: filepath.Join(t.TempDir(), "state")}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s, _ := startAssembled(t, kit, spec, dir)
 	if _, info, ok := s.Kernel(); !ok || info.Pool != transports.PoolHit {
 		t.Errorf("a session of the pool's description: pool %q, want hit", info.Pool)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/moby/moby/client"
 	"pgregory.net/rapid"
 
+	"github.com/kennel-dev/kennel/controller"
+	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/sessionspec"
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -158,4 +160,27 @@ func TestAssembleRefusesWhatItCannotStart(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want an error saying %q", name, p, err, tc.want)
 		}
 	}
+}
+
+// startAssembled assembles spec at dir with kit and starts a controller session on the
+// parts (both released when the test ends).
+func startAssembled(t *testing.T, kit *Kit, spec *sessionspec.Transport, dir string) (*controller.Session, *Parts) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := kit.Assemble(ctx, spec, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Release)
+	b, err := images.Stub()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := controller.Start(ctx, p.Apply(controller.Options{Bundle: b.Hash(), StateDir: filepath.Join(t.TempDir(), "state")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s, p
 }

@@ -1,6 +1,7 @@
 // Package nsmount mounts host directories into a running container's mount namespace,
 // as its runtime would have at the container's creation: the hand-out of a kernel a warm
-// pool started before its session (transports/docker, transports/containerd).
+// pool started before its session (transports/docker, transports/containerd,
+// transports/kubernetes).
 package nsmount
 
 import (

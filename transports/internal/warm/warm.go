@@ -1,5 +1,5 @@
 // Package warm keeps ready kernels of one description for a transport's warm pool
-// (transports/docker, transports/containerd): it fills the pool in the background, one
+// (transports/docker, transports/containerd, transports/kubernetes): it fills the pool in the background, one
 // start at a time, drops a ready kernel that ends while it waits, hands each out once,
 // and counts what it did (transports.PoolStats). What a ready kernel is, how it starts
 // and how it is made a session's are the transport's.
