@@ -53,15 +53,14 @@ ready Docker kernels of the default image and lock-down, each started and waitin
 session: a session whose Docker description matches (image, limits, user, network) is
 handed one at once and the pool refills in the background; any other starts cold.
 --pool containerd=N does the same for containerd kernels on its default address, and
---pool kubernetes=N for Kubernetes pods of the default kubeconfig on the daemon's own node
-(--pool-node, by default the node that is this machine; its container runtime's CRI
+--pool kubernetes=N for Kubernetes pods of the default kubeconfig on the daemon's own
+node (--pool-node, by default the node that is this machine; its container runtime's CRI
 socket is --pool-runtime, by default containerd's): a session takes one when its
-kubernetes.node is that node. The
-create reply says which ("pool": "hit" or "miss"), and /metrics counts hits, misses and
-refill time. A pooled kernel is a fresh one: it has run nothing, gets the session's mounts
-(mounted into its container at hand-out), environment and working directory, and serves
-that session alone. A pool needs a daemon running as root, a local engine (or, for Kubernetes, the pods' node)
-and runc.`,
+kubernetes.node is that node. The create reply says which ("pool": "hit" or "miss"), and
+/metrics counts hits, misses and refill time. A pooled kernel is a fresh one: it has run
+nothing, gets the session's mounts (mounted into its container at hand-out), environment
+and working directory, and serves that session alone. A pool needs a daemon running as
+root, a local engine (for Kubernetes, the pods' node) and runc.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The daemon logs at the global logLevel setting's level (--debug: everything).
