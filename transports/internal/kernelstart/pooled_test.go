@@ -40,9 +40,9 @@ c.sendall(b"got " + data)
 c.close()
 `
 
-// startPooledLocally runs the pooled start program (under the bridge) over pooledKernel
-// on this host, and returns its stdin, its stdout and the kernel's run directory.
-func startPooledLocally(t *testing.T) (*exec.Cmd, io.WriteCloser, *bufio.Reader, string) {
+// startPooledLocally runs the pooled start program (under the bridge) over kernel (a
+// stand-in like pooledKernel) on this host, and returns its stdin, its stdout and the kernel's run directory.
+func startPooledLocally(t *testing.T, kernel string) (*exec.Cmd, io.WriteCloser, *bufio.Reader, string) {
 	t.Helper()
 	python := testneed.Python(t)
 	run := filepath.Join(t.TempDir(), "run")
@@ -50,7 +50,7 @@ func startPooledLocally(t *testing.T) (*exec.Cmd, io.WriteCloser, *bufio.Reader,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(python, "-I", "-S", "-c", DetachedProgram(pooledKernel))
+	cmd := exec.Command(python, "-I", "-S", "-c", DetachedProgram(kernel))
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -78,7 +78,7 @@ func startPooledLocally(t *testing.T) (*exec.Cmd, io.WriteCloser, *bufio.Reader,
 // reaches the kernel whole, ended (its fd 0 a pipe the start program closes); then the
 // start program is the kernel's first connection.
 func TestPooledStartHandsTheBlockToTheKernel(t *testing.T) {
-	_, in, r, _ := startPooledLocally(t)
+	_, in, r, _ := startPooledLocally(t, pooledKernel)
 	start := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n{\"dir\": \"/\", \"env\": [\"A=b\"]}\n"
 	framed := binary.BigEndian.AppendUint32(nil, uint32(len(start)))
 	// Written in two pieces, the frame split: the start program reads exactly its length.
@@ -101,7 +101,7 @@ func TestPooledStartHandsTheBlockToTheKernel(t *testing.T) {
 // A pool's stdin that ends before the start block (its controller gone) ends the start
 // program and, its pipe ended, the kernel.
 func TestPooledStartEndsWithItsStdin(t *testing.T) {
-	cmd, in, _, run := startPooledLocally(t)
+	cmd, in, _, run := startPooledLocally(t, pooledKernel)
 	rec, err := os.ReadFile(filepath.Join(run, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestPooledStartEndsWithItsStdin(t *testing.T) {
 // A start block over the limit is refused by the start program, and nothing reaches the
 // kernel.
 func TestPooledStartRefusesAnOversizedBlock(t *testing.T) {
-	cmd, in, r, _ := startPooledLocally(t)
+	cmd, in, r, _ := startPooledLocally(t, pooledKernel)
 	if _, err := in.Write(binary.BigEndian.AppendUint32(nil, MaxBlock+1)); err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +215,32 @@ func TestStartPooledThenHandOut(t *testing.T) {
 	var be *BridgeError
 	if !errors.As(err, &be) || !strings.Contains(be.Stderr, "beside the bridge") {
 		t.Fatalf("a pooled start without the bridge: %v, want a *BridgeError saying so", err)
+	}
+}
+
+// A pooled kernel that ends while it waits for its hand-out (killed, out of memory) ends
+// its start program, though the pool's stdin stays open: the pool sees the exec end and
+// drops the kernel, rather than hand out one that is gone.
+func TestPooledStartEndsWithItsKernel(t *testing.T) {
+	const diesWaiting = `
+import os, socket
+run = os.environ["KENNEL_KERNEL_RUN"]
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(run, "kernel.sock"))
+s.listen(1)
+os._exit(5)
+`
+	cmd, in, _, _ := startPooledLocally(t, diesWaiting)
+	defer in.Close() // open until the end: only the kernel's end may end the program
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Fatalf("the start program after its kernel ended: %v, want exit status 3", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the start program waits on for a hand-out after its kernel ended")
 	}
 }

@@ -75,7 +75,8 @@ def _kennel_start():
         # POOLED_READY on stdout, reads the start block from stdin (a 4-byte big-endian
         # length, then the token line and the start line) and hands it to the kernel on
         # the pipe, which it then closes; then the bridge connects as above. A stdin that
-        # ends first ends this process (status 2), and so the kernel (its pipe ends).
+        # ends first ends this process (status 2), and so the kernel (its pipe ends); a
+        # kernel that ends first ends it (status 3).
         if pooled:
             handoff, give = os.pipe()
         child = os.fork()
@@ -97,6 +98,13 @@ def _kennel_start():
             if not pooled:
                 os._exit(0)
             os.write(1, b"POOLED_READY\n")
+            import select
+
+            # Waiting for the block, this process watches the kernel: one that ends
+            # first (killed, out of memory) ends it too, so its pool sees the end.
+            while not select.select([0], [], [], 0.25)[0]:
+                if os.waitpid(child, os.WNOHANG)[0]:
+                    fail(b"the pooled kernel ended before its hand-out", 3)
             size = int.from_bytes(read_exactly(4), "big")
             if size > MAX_START_BLOCK:
                 fail(b"pooled start block of %d bytes is over the limit" % size)
