@@ -117,7 +117,7 @@ func (k *Kit) StartPools(ctx context.Context, logger *slog.Logger) (err error) {
 		if err != nil {
 			return err
 		}
-		if kp, err = kubernetes.NewPool(cli, kubernetes.PoolOptions{Size: ps.Kubernetes, Kernel: o, Runtime: cmp.Or(ps.KubernetesRuntime, kubernetes.DefaultRuntime), Logger: logger}); err != nil {
+		if kp, err = kubernetes.NewPool(ctx, cli, kubernetes.PoolOptions{Size: ps.Kubernetes, Kernel: o, Runtime: cmp.Or(ps.KubernetesRuntime, kubernetes.DefaultRuntime), Logger: logger}); err != nil {
 			return fmt.Errorf("kubernetes pool: %w", err)
 		}
 		started = append(started, kitPool{"kubernetes", kp})

@@ -72,9 +72,39 @@ func (r *nodeRuntime) containerPid(ctx context.Context, id string) (int, error) 
 	return info.Pid, nil
 }
 
-// inContainer reports whether host process pid is in container id's cgroup: the check
-// that a pid the runtime reported is still that container's, not a later process's.
-func inContainer(pid int, id string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	return err == nil && strings.Contains(string(b), id)
+// isContainerInit reports whether host process pid is the main process of container id
+// as podSpec starts it: in the container's cgroup (so not a later process given the pid)
+// and running init.py (runsInit). A runtime that keeps a container in a sandbox of its
+// own (gVisor's runsc, even behind the runc shim) reports its sandbox's process, which
+// runs no init.py: mounts made in that process's namespace would never reach the kernel,
+// and its writes would not reach the host.
+func isContainerInit(pid int, id string) bool {
+	proc := "/proc/" + strconv.Itoa(pid)
+	cg, err := os.ReadFile(proc + "/cgroup")
+	if err != nil || !strings.Contains(string(cg), id) {
+		return false
+	}
+	cmdline, err := os.ReadFile(proc + "/cmdline")
+	return err == nil && runsInit(cmdline)
+}
+
+// waitContainerInit waits, up to 5 s, until isContainerInit(pid, id): a runtime reports
+// a container running as soon as it told the container's first process to exec its
+// command (runc's init runs on until it does).
+func waitContainerInit(ctx context.Context, pid int, id string) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for !isContainerInit(pid, id) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// runsInit reports whether a /proc cmdline (NUL-separated) is podSpec's command: the
+// interpreter, -I, -S, then -c and initProgram.
+func runsInit(cmdline []byte) bool {
+	argv := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	return len(argv) >= 5 && argv[1] == "-I" && argv[2] == "-S" && argv[3] == "-c" && argv[4] == initProgram
 }

@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"context"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +156,29 @@ func TestOOMKilledContext(t *testing.T) {
 	}
 	if took := time.Since(t0); took > 5*time.Second {
 		t.Errorf("oomKilled took %v past its context's end", took)
+	}
+}
+
+// runsInit takes a /proc cmdline for podSpec's main process alone: the interpreter, -I,
+// -S, -c and init.py's program; a sandbox's process (another program, other flags) or a
+// test process is not it.
+func TestRunsInit(t *testing.T) {
+	pod := (&Transport{}).podSpec("p", "s", "python3", 65534, 65534)
+	cmdline := []byte(strings.Join(pod.Spec.Containers[0].Command, "\x00") + "\x00")
+	if !runsInit(cmdline) {
+		t.Errorf("podSpec's own command %q is not taken", pod.Spec.Containers[0].Command)
+	}
+	for _, bad := range []string{
+		"runsc-sandbox\x00--root\x00/run/runsc\x00",
+		"python3\x00-I\x00-S\x00-c\x00print(1)\x001\x00600\x00",
+		"python3\x00-c\x00" + initProgram + "\x00",
+		"",
+	} {
+		if runsInit([]byte(bad)) {
+			t.Errorf("cmdline %q taken for init.py", bad)
+		}
+	}
+	if isContainerInit(os.Getpid(), "") {
+		t.Error("the test process taken for a container's init")
 	}
 }

@@ -73,10 +73,11 @@ type Pool struct {
 }
 
 // NewPool returns a pool of opts.Size kernels over cli (the client the sessions' own
-// Transports use) and starts filling it in the background. A refusal is a
+// Transports use) and starts filling it in the background; ctx bounds only its check
+// that the node's runtime answers. A refusal is a
 // *transports.FieldError (errdefs.ErrInvalidArgument), or errdefs.ErrUnavailable for what
 // this controller or the node's runtime cannot do.
-func NewPool(cli *Client, opts PoolOptions) (*Pool, error) {
+func NewPool(ctx context.Context, cli *Client, opts PoolOptions) (*Pool, error) {
 	o := opts.Kernel
 	run := ""
 	if o.Detached {
@@ -100,7 +101,7 @@ func NewPool(cli *Client, opts PoolOptions) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := dialRuntime(context.Background(), opts.Runtime)
+	rt, err := dialRuntime(ctx, opts.Runtime)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +190,10 @@ func (p *Pool) start(ctx context.Context, t *Transport, uid, gid int64) (_ *pool
 	if err != nil {
 		return nil, err
 	}
-	if pp.ns, err = nsmount.Hold(pid, func() bool { return inContainer(pid, cid) }); err != nil {
+	if !waitContainerInit(ctx, pid, cid) {
+		return nil, fmt.Errorf("pod %s/%s: the runtime's process %d of container %s is not its init.py on this host's kernel (a runtime that sandboxes containers, such as gVisor, keeps their mounts out of reach): %w", t.ns, pp.name, pid, cid, errdefs.ErrUnavailable)
+	}
+	if pp.ns, err = nsmount.Hold(pid, func() bool { return isContainerInit(pid, cid) }); err != nil {
 		return nil, err
 	}
 	b := t.bridged(pp.name, "python3")
@@ -199,7 +203,10 @@ func (p *Pool) start(ctx context.Context, t *Transport, uid, gid int64) (_ *pool
 		return nil, err
 	}
 	argv := []string{"python3", "-I", "-S", "-c", kernelstart.DetachedProgram(kernelstart.BootProgram())}
-	if pp.cmd, err = kernelstart.StartPooled(ctx, b.Run, argv, block, nil); err != nil {
+	// Bounded: a start exec that stalls must not hold the pool's filler.
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if pp.cmd, err = kernelstart.StartPooled(sctx, b.Run, argv, block, nil); err != nil {
 		return nil, fmt.Errorf("start a pooled kernel in pod %s/%s: %w", t.ns, pp.name, err)
 	}
 	go func() {

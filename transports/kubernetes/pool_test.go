@@ -41,7 +41,7 @@ func poolOptions(c *kubetest.C) kube.Options {
 func newPool(t testing.TB, c *kubetest.C, cli *kube.Client, o kube.Options, size int) *kube.Pool {
 	t.Helper()
 	testneed.Root(t) // a pool mounts a session's directories into its pods' containers
-	p, err := kube.NewPool(cli, kube.PoolOptions{Size: size, Kernel: o, Runtime: runtimeOf(c), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	p, err := kube.NewPool(context.Background(), cli, kube.PoolOptions{Size: size, Kernel: o, Runtime: runtimeOf(c), Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	return transporttest.KeepPool(t, p, err, size)
 }
 
@@ -115,7 +115,7 @@ func TestPoolMissesAndReplaces(t *testing.T) {
 	testneed.Root(t)
 	cli := client(t, c)
 	o := poolOptions(c)
-	p, err := kube.NewPool(cli, kube.PoolOptions{Size: 1, Kernel: o, Runtime: runtimeOf(c)})
+	p, err := kube.NewPool(context.Background(), cli, kube.PoolOptions{Size: 1, Kernel: o, Runtime: runtimeOf(c)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestNewPoolRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			po := kube.PoolOptions{Size: 1, Kernel: good, Runtime: "unix:///run/none.sock"}
 			tc.mutate(&po)
-			p, err := kube.NewPool(cli, po)
+			p, err := kube.NewPool(context.Background(), cli, po)
 			if err == nil {
 				_ = p.Close(context.Background())
 				t.Fatal("no refusal")

@@ -150,6 +150,13 @@ type localProc struct {
 	done chan struct{}
 }
 
+// Close ends both streams and the command, as Proc's contract says a transport does.
+func (p *localProc) Close() error {
+	err := p.Conn.Close()
+	_ = p.cmd.Process.Kill()
+	return err
+}
+
 func (p *localProc) Exit(ctx context.Context) (int, error) {
 	select {
 	case <-p.done:
@@ -242,5 +249,33 @@ os._exit(5)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the start program waits on for a hand-out after its kernel ended")
+	}
+}
+
+// A start command that never says it is ready (a stalled exec) is given up when ctx ends:
+// StartPooled returns ctx's cause and the command is closed, so a pool's filler is never
+// held by it.
+func TestStartPooledGivesUpAStalledStart(t *testing.T) {
+	python := testneed.Python(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	run := localRunner(t)
+	var proc Proc
+	began := time.Now()
+	_, err := StartPooled(ctx, func(ctx context.Context, argv []string, stderr io.Writer) (Proc, error) {
+		p, err := run(ctx, argv, stderr)
+		proc = p
+		return p, err
+	}, []string{python, "-I", "-S", "-c", "import time; time.sleep(60)"}, nil, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a start that never got ready: %v, want the deadline", err)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("given up after %v", d)
+	}
+	ectx, ecancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ecancel()
+	if _, err := proc.Exit(ectx); err != nil {
+		t.Errorf("the stalled start command was not ended: %v", err)
 	}
 }
