@@ -83,7 +83,7 @@ func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec tra
 		return nil, err
 	}
 	preamble := append(block, rec.Token+"\n"...)
-	argv := []string{python, "-I", "-S", "-c", kernelstart.DetachedProgram(kernelstart.BootProgram())}
+	argv := detachedArgv(python)
 	first, err := kernelstart.OpenBridge(ctx, b.Run, "start", argv, preamble, spec.Stderr)
 	if err != nil {
 		if context.Cause(ctx) == nil && !errdefs.IsUnavailable(err) {
@@ -98,6 +98,12 @@ func (t *Transport) startDetached(ctx context.Context, pod *corev1.Pod, spec tra
 		return nil, err
 	}
 	return newDetachedKernel(t, pod.Name, bk), nil
+}
+
+// detachedArgv is the start exec of a detached kernel (a pool's too): python running the
+// start program with the bridge before it, then the stub's boot program.
+func detachedArgv(python string) []string {
+	return []string{python, "-I", "-S", "-c", kernelstart.DetachedProgram(kernelstart.BootProgram())}
 }
 
 // kernelEnv is the environment rule of the transport's kernels (Env.Build): PATH, HOME and

@@ -202,11 +202,10 @@ func (p *Pool) start(ctx context.Context, t *Transport, uid, gid int64) (_ *pool
 	if err != nil {
 		return nil, err
 	}
-	argv := []string{"python3", "-I", "-S", "-c", kernelstart.DetachedProgram(kernelstart.BootProgram())}
 	// Bounded: a start exec that stalls must not hold the pool's filler.
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if pp.cmd, err = kernelstart.StartPooled(sctx, b.Run, argv, block, nil); err != nil {
+	if pp.cmd, err = kernelstart.StartPooled(sctx, b.Run, detachedArgv("python3"), block, nil); err != nil {
 		return nil, fmt.Errorf("start a pooled kernel in pod %s/%s: %w", t.ns, pp.name, err)
 	}
 	go func() {
