@@ -353,8 +353,10 @@ func (k *detached) trackLocked(id string, pid, pgid int) {
 // killAll ends the kernel and everything below it: the kernel is stopped (it starts
 // nothing more), every descendant and the group each leads is SIGKILLed until none is
 // left (the kernel is their subreaper, so orphans are below it too), then its jobs'
-// groups; the kernel is let go on for up to a second to reap them and end, then its group
-// is SIGKILLed.
+// groups; the kernel is let go on for up to a second to reap them and end, and past that
+// second for as long as a zombie of its is still there (up to reapWait in all: killed
+// while it holds one, its zombies would go to init, which reaps when it gets to it); then
+// its group is SIGKILLed.
 func (k *detached) killAll(pid int) {
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	for range 100 {
@@ -372,11 +374,35 @@ func (k *detached) killAll(pid int) {
 	// Let it go on to its own end (it has had its SIGTERM): it reaps what was killed
 	// below it, so no zombie of its is left to init. Then the hard stop.
 	_ = syscall.Kill(pid, syscall.SIGCONT)
-	select {
-	case <-k.exited:
-	case <-time.After(time.Second):
+	start := time.Now()
+	for {
+		select {
+		case <-k.exited:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if d := time.Since(start); d >= reapWait || (d >= time.Second && !hasZombie(pid)) {
+			break
+		}
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// reapWait bounds how long killAll lets a kernel go on to reap what it killed below it.
+const reapWait = 5 * time.Second
+
+// hasZombie reports whether a child of pid has ended and waits to be reaped.
+func hasZombie(pid int) bool {
+	all, err := procfs.All()
+	if err != nil {
+		return false
+	}
+	for _, st := range all {
+		if st.PPID == pid && st.Zombie() {
+			return true
+		}
+	}
+	return false
 }
 
 // descendants lists the live (not zombie) processes below root, from /proc.

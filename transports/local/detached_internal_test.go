@@ -2,6 +2,8 @@ package local
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -45,5 +47,26 @@ func TestADetachedKernelTracksOnlyItsLiveJobs(t *testing.T) {
 	transporttest.Stop(t, k)
 	if err := testproc.KillGroup(pgid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("the live job's group %d outlived its kernel: %v", pgid, err)
+	}
+}
+
+// hasZombie sees a child that has ended and is not yet reaped, and no longer once it is.
+func TestHasZombieSeesAnUnreapedChild(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasZombie(os.Getpid()) {
+		if time.Now().After(deadline) {
+			t.Fatal("an ended, unreaped child is not seen as a zombie")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if hasZombie(os.Getpid()) {
+		t.Fatal("a reaped child is still seen as a zombie")
 	}
 }
