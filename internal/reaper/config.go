@@ -3,6 +3,7 @@ package reaper
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +12,11 @@ import (
 // envMarker is the environment variable that, together with argGuard as the first argument,
 // puts a process in reaper mode. Its value is the config (see config.encode).
 const envMarker = "KENNEL_REAPER"
+
+// withoutMarker is a copy of env without the marker variable.
+func withoutMarker(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, envMarker+"=") })
+}
 
 // argGuard is the reaper's first argument. A binary that does not call Main fails on it as
 // an unknown flag instead of running its own main with the kernel's argv.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -91,28 +90,13 @@ func Start(ctx context.Context, s Spec) (*Process, error) {
 		return nil, fmt.Errorf("start reaper %s: %w", s.Argv[0], context.Cause(ctx))
 	}
 	path := cmp.Or(s.Path, "/proc/self/exe")
-	grace := s.Grace
-	switch {
-	case grace == 0:
-		grace = DefaultGrace
-	case grace < 0:
-		grace = 0
-	case grace > maxGrace:
-		grace = maxGrace
-	}
+	grace := min(max(cmp.Or(s.Grace, DefaultGrace), 0), maxGrace)
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start reaper %s: %w", s.Argv[0], err)
 	}
 	cfg := config{parent: os.Getpid(), grace: grace}
-	env := make([]string, 0, len(s.Env)+1)
-	for _, kv := range s.Env {
-		if len(kv) > len(envMarker) && kv[:len(envMarker)+1] == envMarker+"=" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, envMarker+"="+cfg.encode())
+	env := append(withoutMarker(s.Env), envMarker+"="+cfg.encode())
 	cmd := &exec.Cmd{
 		Path:       path,
 		Args:       append([]string{"kennel-reaper", argGuard}, s.Argv...),
@@ -279,10 +263,6 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // KernelPID is the kernel's pid. It names the kernel's process group too.
 func (p *Process) KernelPID() int { return p.kernelPID }
 
-// Done is closed once the reaper has been reaped: the kernel and everything it started
-// are gone (unless Wait reports ErrLost).
-func (p *Process) Done() <-chan struct{} { return p.done }
-
 // Terminate asks the reaper to end the kernel gracefully: it forwards SIGTERM to the
 // kernel's process group and kills hard after its grace. It returns once the signal is
 // sent, not when the kernel has ended; a reaper already reaped is not an error.
@@ -325,9 +305,4 @@ func (p *Process) stop() {
 func (p *Process) Wait() (Status, error) {
 	<-p.done
 	return p.result, p.err
-}
-
-// String names the process for logs: "reaper 12 (kernel 13)".
-func (p *Process) String() string {
-	return "reaper " + strconv.Itoa(p.Pid()) + " (kernel " + strconv.Itoa(p.kernelPID) + ")"
 }

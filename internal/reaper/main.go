@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -47,9 +46,7 @@ func serve(marker string, argv []string) int {
 
 	fail := func(code int, err error) int {
 		fmt.Fprintf(os.Stderr, "kennel-reaper: %v\n", err)
-		if status != nil {
-			_, _ = status.WriteString(formatErr(err))
-		}
+		_, _ = status.WriteString(formatErr(err))
 		return code
 	}
 	cfg, err := parseConfig(marker)
@@ -74,14 +71,8 @@ func serve(marker string, argv []string) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 
-	env := make([]string, 0, len(os.Environ()))
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envMarker+"=") {
-			env = append(env, kv)
-		}
-	}
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-		Env:   env,
+		Env:   withoutMarker(os.Environ()),
 		Files: []uintptr{0, 1, 2},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM},
 	})

@@ -443,3 +443,11 @@ func TestControllerDeathEndsTheTree(t *testing.T) {
 		}
 	}
 }
+
+// Done is closed once the reaper has been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// String names the process for logs: "reaper 12 (kernel 13)".
+func (p *Process) String() string {
+	return "reaper " + strconv.Itoa(p.Pid()) + " (kernel " + strconv.Itoa(p.kernelPID) + ")"
+}

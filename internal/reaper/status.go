@@ -122,18 +122,6 @@ func parseMessage(line string) (message, error) {
 
 // atoi parses a canonical non-negative decimal (no sign, no leading zeros) below 1<<31.
 func atoi(s string) (int, bool) {
-	if s == "" || len(s) > 10 || (len(s) > 1 && s[0] == '0') {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	if n >= 1<<31 {
-		return 0, false
-	}
-	return n, true
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0 && n < 1<<31 && strconv.Itoa(n) == s
 }
