@@ -36,11 +36,6 @@
 // in git; a FIFO is not opened) or is larger than MaxFileSize counts as
 // empty, and no more than MaxFileSize+1 bytes of one are read.
 //
-// Asking about one path (a grep hit, a glob result):
-//
-//	m := ignore.New(dir)
-//	if m.Ignored("build/out.o", false) { ... }
-//
 // Matching is a port of git's own code (wildmatch.c, and match_basename
 // and match_pathname in dir.c), quirks included, and is checked against
 // git by the tests. It is not github.com/go-git/go-git's

@@ -32,8 +32,6 @@ func ExampleWalk() {
 		fmt.Println(rel)
 		return nil
 	})
-	m := ignore.New(dir)
-	fmt.Println(m.Ignored("build/out.o", false), m.Ignored("src/debug.log", false))
 	// Output:
 	// .gitignore
 	// keep.log
@@ -41,7 +39,6 @@ func ExampleWalk() {
 	// src
 	// src/.gitignore
 	// src/debug.log
-	// true false
 }
 
 func ExampleWalkFS() {

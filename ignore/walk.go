@@ -23,8 +23,8 @@ var ErrTooDeep = errors.New("directory tree too deep")
 
 // Walk calls fn for every entry under root that is not ignored, with rel
 // the slash-separated path relative to root, the way git decides untracked
-// files (see Matcher; only .gitignore files count, never .git/info/exclude
-// or global excludes).
+// files (only .gitignore files count, never .git/info/exclude or global
+// excludes).
 //
 // The order is filepath.WalkDir's: each directory's names sorted, a
 // directory before what it holds; root itself is not reported. Walk never

@@ -10,7 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Matcher answers whether paths in one tree are ignored by the tree's
+// Matcher is the tests' second implementation of the rules (next to Walk and
+// git itself): it answers whether paths in one tree are ignored by the tree's
 // .gitignore files, as git would decide for an untracked file: nested
 // .gitignore files each apply to their own directory and below, deeper and
 // later patterns win, '!' re-includes, and nothing inside an ignored
