@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/kennel-dev/kennel/internal/testproc"
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 )
@@ -49,7 +50,6 @@ var cases = []testCase{
 func testHello(t *testing.T, s *suite) {
 	tr := s.newTransport(t)
 	ss := s.start(t, tr, s.spec(t))
-	f := ss.hello(t, s.bundle)
 	info := ss.k.Info()
 	if info.Transport != tr.Name() {
 		t.Errorf("Info.Transport %q, want %q", info.Transport, tr.Name())
@@ -58,7 +58,7 @@ func testHello(t *testing.T, s *suite) {
 	if info.HostPIDs != caps.HostPIDs {
 		t.Errorf("Info.HostPIDs %v, Capabilities.HostPIDs %v", info.HostPIDs, caps.HostPIDs)
 	}
-	pid, _ := f.Fields["pid"].(float64)
+	pid, _ := ss.hello.Fields["pid"].(float64)
 	if caps.HostPIDs {
 		if int(pid) != info.PID {
 			t.Errorf("hello pid %v, Info.PID %d", pid, info.PID)
@@ -73,7 +73,6 @@ func testHello(t *testing.T, s *suite) {
 
 func testCellRoundTrip(t *testing.T, s *suite) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
-	ss.hello(t, s.bundle)
 	done, out := ss.execute(t, "print('hi from the kernel')\n6 * 7")
 	if done.Str("status") != "ok" || done.Str("result") != "42" {
 		t.Fatalf("done %s: want status ok, result 42", done.Raw)
@@ -167,19 +166,17 @@ func testDetachAndReattach(t *testing.T, s *suite) {
 		t.Fatalf("record %+v: transport, kernel, token and run directory are required", rec)
 	}
 	ss2, again := s.reattach(t, ss, rec)
-	k2, c2 := ss2.k, ss2.c
-	ss2.hello(t, s.bundle)
-	out := outputUntilDone(t, c2, id, "after the reattach", nil)
+	out := outputUntilDone(t, ss2.c, id, "after the reattach", nil)
 	if out != "late 42\n" {
 		t.Fatalf("the late cell's output %q after the reattach, want it once", out)
 	}
 	if got := ss2.value(t, "y + 1"); got != "43" {
 		t.Fatalf("the namespace after the reattach: y + 1 = %s, want 43", got)
 	}
-	stop(t, k2, s.cfg.timeout)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), s.cfg.timeout)
-	defer cancel2()
-	if k3, err := again.Reattach(ctx2, dk.Record()); !errdefs.IsNotFound(err) {
+	stop(t, ss2.k, s.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+	defer cancel()
+	if k3, err := again.Reattach(ctx, dk.Record()); !errdefs.IsNotFound(err) {
 		if k3 != nil {
 			stop(t, k3, s.cfg.timeout)
 		}
@@ -210,7 +207,6 @@ func testHostCallOfAReplacedController(t *testing.T, s *suite) {
 		t.Fatalf("detach: %v", err)
 	}
 	ss2, _ := s.reattach(t, ss, dk.Record())
-	ss2.hello(t, s.bundle)
 	out := outputUntilDone(t, ss2.c, id, "after the new controller's attach", func(f Frame) {
 		if f.Event() == "host_request" {
 			t.Errorf("the new controller got the request the earlier one took: %s", f.Raw)
@@ -221,7 +217,7 @@ func testHostCallOfAReplacedController(t *testing.T, s *suite) {
 	}
 }
 
-// startDetached starts a kernel on a fresh transport of the suite's and reads its hello,
+// startDetached starts a kernel on a fresh transport of the suite's and checks its hello,
 // or skips the test (saying why) when the transport's kernels are not detached. A
 // detached kernel must be a K (lacks says how it is not); it is returned as one.
 func startDetached[K any](t *testing.T, s *suite, why, lacks string) (*session, K) {
@@ -231,7 +227,6 @@ func startDetached[K any](t *testing.T, s *suite, why, lacks string) (*session, 
 		t.Skip("kernels not detached: " + why)
 	}
 	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
 	k, ok := ss.k.(K)
 	if !ok {
 		t.Fatalf("a detached kernel (%T) %s", ss.k, lacks)
@@ -240,8 +235,9 @@ func startDetached[K any](t *testing.T, s *suite, why, lacks string) (*session, 
 }
 
 // reattach reaches the kernel of rec again through a fresh Transport of the suite's (what
-// a restarted controller has), as a session whose client goes on after ss's cell ids;
-// the kernel is stopped at cleanup. It returns the session and the transport.
+// a restarted controller has), as a session whose client goes on after ss's cell ids,
+// and checks its hello; the kernel is stopped at cleanup. It returns the session and the
+// transport.
 func (s *suite) reattach(t *testing.T, ss *session, rec transports.Record) (*session, transports.Reattacher) {
 	t.Helper()
 	again, ok := s.newTransport(t).(transports.Reattacher)
@@ -261,7 +257,7 @@ func (s *suite) reattach(t *testing.T, ss *session, rec transports.Record) (*ses
 		stop(t, k2, s.cfg.timeout)
 		_ = c2.End(s.cfg.timeout)
 	})
-	return &session{tr: again.(transports.Transport), k: k2, c: c2, d: s.cfg.timeout}, again
+	return &session{tr: again.(transports.Transport), k: k2, c: c2, hello: s.checkHello(t, c2)}, again
 }
 
 // outputUntilDone reads c's frames until the done of cell id and returns the stream text
@@ -290,7 +286,6 @@ func randomValue() string { return fmt.Sprintf("v%016x", rand.Uint64()) }
 func testEnv(t *testing.T, s *suite) {
 	v := randomValue()
 	ss := s.start(t, s.newTransport(t), s.spec(t, "KENNEL_TT_VALUE="+v, "KENNEL_TT_EMPTY="))
-	ss.hello(t, s.bundle)
 	if got := ss.value(t, "import os\nos.environ['KENNEL_TT_VALUE']"); got != "'"+v+"'" {
 		t.Errorf("KENNEL_TT_VALUE in the kernel: %s, want '%s'", got, v)
 	}
@@ -304,7 +299,6 @@ func testHostEnv(t *testing.T, s *suite) {
 	v := randomValue()
 	t.Setenv("KENNEL_TT_HOST", v)
 	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
 	got := ss.value(t, "import os\nstr(os.environ.get('KENNEL_TT_HOST'))")
 	if tr.Capabilities().HostEnv {
 		if got != "'"+v+"'" {
@@ -319,7 +313,6 @@ func testCwd(t *testing.T, s *suite) {
 	tr := s.newTransport(t)
 	sp := s.spec(t)
 	ss := s.start(t, tr, sp)
-	ss.hello(t, s.bundle)
 	got := ss.value(t, "import os\nos.getcwd()")
 	want := sp.Dir
 	if tr.Capabilities().SameFS {
@@ -334,7 +327,6 @@ func testCwd(t *testing.T, s *suite) {
 
 func testStdinEOF(t *testing.T, s *suite) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
-	ss.hello(t, s.bundle)
 	ss.value(t, "1")
 	if err := ss.k.Stdin().Close(); err != nil {
 		t.Fatal(err)
@@ -378,7 +370,7 @@ func assertGone(t *testing.T, ps []proc) {
 	for _, p := range ps {
 		if p.alive() {
 			t.Errorf("process %d outlived the kernel", p.pid)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			_ = testproc.Kill(p.pid, syscall.SIGKILL)
 		}
 	}
 }
@@ -393,7 +385,6 @@ func testKillBusyKernel(t *testing.T, s *suite) { killWithSleepers(t, s, "while 
 // ""), kills it and checks that no sleeper is left.
 func killWithSleepers(t *testing.T, s *suite, busy string) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
-	ss.hello(t, s.bundle)
 	ps := ss.startSleepers(t)
 	if busy != "" {
 		if _, err := ss.c.Send(busy); err != nil {
@@ -420,7 +411,6 @@ func killWithSleepers(t *testing.T, s *suite, busy string) {
 
 func testKillTwice(t *testing.T, s *suite) {
 	ss := s.start(t, s.newTransport(t), s.spec(t))
-	ss.hello(t, s.bundle)
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -462,7 +452,6 @@ func testSignalDeath(t *testing.T, s *suite) {
 		t.Skip("needs host pids: a wrapper may report a signal death as an exit code")
 	}
 	ss := s.start(t, tr, s.spec(t))
-	ss.hello(t, s.bundle)
 	if _, err := ss.c.Send("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"); err != nil {
 		t.Fatal(err)
 	}
@@ -503,8 +492,8 @@ func testStartFailures(t *testing.T, s *suite) {
 		return
 	}
 	c := NewClient(k)
-	ss := &session{tr: tr, k: k, c: c, d: s.cfg.timeout}
-	exit, err := ss.wait(t)
+	c.Timeout = s.cfg.timeout
+	exit, err := (&session{tr: tr, k: k, c: c}).wait(t)
 	if err == nil && exit.Code == 0 && exit.Signal == 0 {
 		t.Errorf("kernel with a missing interpreter: %+v, want a failure", exit)
 	}
@@ -527,7 +516,6 @@ func testEnvPrecedence(t *testing.T, s *suite) {
 	tr := s.newTransport(t)
 	path := "/kennel-tt-" + randomValue() + ":/usr/local/bin:/usr/bin:/bin"
 	ss := s.start(t, tr, s.spec(t, "PATH="+path, "MALLOC_MMAP_THRESHOLD_=65536"))
-	ss.hello(t, s.bundle)
 	got := ss.value(t, `import os
 [os.environ.get(k) for k in ("PATH", "MALLOC_MMAP_THRESHOLD_", "KENNEL_KERNEL_BUNDLE",
     "KENNEL_KERNEL_OWNER", "KENNEL_KERNEL_OWNER_PID")]`)

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -66,12 +67,21 @@ func (c *Client) Hello() (Frame, error) {
 // Send writes an execute frame for code and returns its id, "c1", "c2", ... in order. It
 // does not wait for the cell.
 func (c *Client) Send(code string) (id string, err error) {
+	return c.send(hostFrame{Type: "execute", Code: code}, "c")
+}
+
+// send writes f, one line, with the next id: prefix and the client's next number.
+func (c *Client) send(f hostFrame, prefix string) (id string, err error) {
 	c.seq++
-	id = "c" + strconv.Itoa(c.seq)
-	if err := writeFrame(c.k.Stdin(), hostFrame{Type: "execute", ID: id, Code: code}); err != nil {
-		return "", fmt.Errorf("write execute: %w", err)
+	f.ID = prefix + strconv.Itoa(c.seq)
+	b, err := json.Marshal(f)
+	if err == nil {
+		_, err = c.k.Stdin().Write(append(b, '\n'))
 	}
-	return id, nil
+	if err != nil {
+		return "", fmt.Errorf("write %s: %w", f.Type, err)
+	}
+	return f.ID, nil
 }
 
 // Execute runs one cell and returns its done frame and the text it wrote to stdout.
@@ -145,10 +155,9 @@ func (c *Client) Sleepers() ([]int, error) {
 // Job starts a shell job running command and returns once its job_start frame came. A
 // job_end before it is an error.
 func (c *Client) Job(command string) error {
-	c.seq++
-	id := "j" + strconv.Itoa(c.seq)
-	if err := writeFrame(c.k.Stdin(), hostFrame{Type: "job_run", ID: id, Command: command}); err != nil {
-		return fmt.Errorf("write job_run: %w", err)
+	id, err := c.send(hostFrame{Type: "job_run", Command: command}, "j")
+	if err != nil {
+		return err
 	}
 	for {
 		f, err := c.Next()

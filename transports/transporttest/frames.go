@@ -138,8 +138,6 @@ func firstKeys(b []byte, n int) ([]string, error) {
 
 // next returns the next frame, or an error at the end of the stream or after d.
 func (rd *reader) next(d time.Duration) (Frame, error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
 	select {
 	case f, ok := <-rd.frames:
 		if !ok {
@@ -149,15 +147,14 @@ func (rd *reader) next(d time.Duration) (Frame, error) {
 			return Frame{}, errors.New("kernel stdout ended while a frame was expected")
 		}
 		return f, nil
-	case <-timer.C:
+	case <-time.After(d):
 		return Frame{}, fmt.Errorf("no frame within %v", d)
 	}
 }
 
 // end discards frames until the stream ends; it returns nil for a clean EOF within d.
 func (rd *reader) end(d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
+	timeout := time.After(d)
 	for {
 		select {
 		case _, ok := <-rd.frames:
@@ -167,7 +164,7 @@ func (rd *reader) end(d time.Duration) error {
 				}
 				return nil
 			}
-		case <-timer.C:
+		case <-timeout:
 			return fmt.Errorf("kernel stdout did not reach EOF within %v", d)
 		}
 	}
@@ -179,13 +176,4 @@ type hostFrame struct {
 	ID      string `json:"id"`
 	Code    string `json:"code,omitempty"`
 	Command string `json:"command,omitempty"`
-}
-
-func writeFrame(w io.Writer, f hostFrame) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
 }

@@ -63,10 +63,10 @@ type suite struct {
 
 // session is one kernel started by a case.
 type session struct {
-	tr transports.Transport
-	k  transports.Kernel
-	c  *Client
-	d  time.Duration
+	tr    transports.Transport
+	k     transports.Kernel
+	c     *Client
+	hello Frame // its first frame, checked by checkHello
 }
 
 // spec is the Spec a case starts from: a fresh directory, the test's name as session.
@@ -82,26 +82,26 @@ func (s *suite) spec(t *testing.T, env ...string) transports.Spec {
 	return sp
 }
 
-// start starts a kernel and registers its Kill, Wait and the end of its Stdout for the
-// end of the test.
+// start starts a kernel, registers its Kill, Wait and the end of its Stdout for the end
+// of the test, and reads and checks its hello.
 func (s *suite) start(t *testing.T, tr transports.Transport, sp transports.Spec) *session {
 	t.Helper()
 	k, c := start(t, tr, sp, s.cfg.timeout)
-	return &session{tr: tr, k: k, c: c, d: s.cfg.timeout}
+	return &session{tr: tr, k: k, c: c, hello: s.checkHello(t, c)}
 }
 
-// hello reads the first frame and checks it is the protocol's hello.
-func (ss *session) hello(t *testing.T, bundle string) Frame {
+// checkHello reads the first frame and checks it is the protocol's hello.
+func (s *suite) checkHello(t *testing.T, c *Client) Frame {
 	t.Helper()
-	f, err := ss.c.Hello()
+	f, err := c.Hello()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := f.Fields["protocol"].(float64); p != 1 {
 		t.Errorf("hello protocol %v, want 1", f.Fields["protocol"])
 	}
-	if got := f.Str("bundle"); got != bundle {
-		t.Errorf("hello bundle %q, want %q", got, bundle)
+	if got := f.Str("bundle"); got != s.bundle {
+		t.Errorf("hello bundle %q, want %q", got, s.bundle)
 	}
 	if v := f.Str("python"); len(strings.Split(v, ".")) != 3 {
 		t.Errorf("hello python %q, want major.minor.micro", v)
@@ -134,16 +134,16 @@ func (ss *session) value(t *testing.T, code string) string {
 	return done.Str("result")
 }
 
-// end waits for a clean EOF on the kernel's Stdout, failing the test after the suite's
+// end waits for a clean EOF on the kernel's Stdout, failing the test after the client's
 // timeout.
 func (ss *session) end(t *testing.T) {
 	t.Helper()
-	if err := ss.c.End(ss.d); err != nil {
+	if err := ss.c.End(0); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// wait waits for the kernel's end, failing the test after the suite's timeout.
+// wait waits for the kernel's end, failing the test after the client's timeout.
 func (ss *session) wait(t *testing.T) (transports.Exit, error) {
 	t.Helper()
 	type result struct {
@@ -158,8 +158,8 @@ func (ss *session) wait(t *testing.T) (transports.Exit, error) {
 	select {
 	case r := <-ch:
 		return r.exit, r.err
-	case <-time.After(ss.d):
-		t.Fatalf("Wait did not return within %v", ss.d)
+	case <-time.After(ss.c.timeout()):
+		t.Fatalf("Wait did not return within %v", ss.c.timeout())
 	}
 	return transports.Exit{}, nil
 }
