@@ -16,11 +16,8 @@ import (
 // pid of 1 or less and the test process itself; otherwise it returns kill(2)'s error
 // (syscall.ESRCH for a process that is gone).
 func Kill(pid int, sig syscall.Signal) error {
-	if err := check("process", pid); err != nil {
+	if err := check("process", pid, syscall.Getpid(), "the test itself"); err != nil {
 		return err
-	}
-	if pid == syscall.Getpid() {
-		return fmt.Errorf("signal process %d: the test itself: %w", pid, errdefs.ErrInvalidArgument)
 	}
 	return syscall.Kill(pid, sig)
 }
@@ -29,18 +26,19 @@ func Kill(pid int, sig syscall.Signal) error {
 // nothing signalled) a group id of 1 or less and the test process's own group; otherwise
 // it returns kill(2)'s error (syscall.ESRCH for a group with no process left).
 func KillGroup(pgid int, sig syscall.Signal) error {
-	if err := check("process group", pgid); err != nil {
+	if err := check("process group", pgid, syscall.Getpgrp(), "the test's own group"); err != nil {
 		return err
-	}
-	if pgid == syscall.Getpgrp() {
-		return fmt.Errorf("signal process group %d: the test's own group: %w", pgid, errdefs.ErrInvalidArgument)
 	}
 	return syscall.Kill(-pgid, sig)
 }
 
-func check(what string, id int) error {
+// check refuses an id of 1 or less and own, the test's own process or group (ownWhy).
+func check(what string, id, own int, ownWhy string) error {
 	if id <= 1 {
 		return fmt.Errorf("signal %s %d: not a process a test started: %w", what, id, errdefs.ErrInvalidArgument)
+	}
+	if id == own {
+		return fmt.Errorf("signal %s %d: %s: %w", what, id, ownWhy, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
