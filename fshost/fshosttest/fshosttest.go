@@ -257,7 +257,9 @@ func Run(t *testing.T, open Open) {
 		t.Fatal(err)
 	}
 	testtree.Build(t, base, tree...)
-	must(t, os.Truncate(filepath.Join(base, "ig", "huge", ".gitignore"), ignore.MaxFileSize+1))
+	if err := os.Truncate(filepath.Join(base, "ig", "huge", ".gitignore"), ignore.MaxFileSize+1); err != nil {
+		t.Fatal(err)
+	}
 	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
 	t.Run("ReadOnly", func(t *testing.T) { runTable(t, open(t, ws, true), readOnly, outside) })
 	t.Run("ReadWrite", func(t *testing.T) { runTable(t, open(t, ws, false), readWrite, outside) })
@@ -284,7 +286,7 @@ func runTable(t *testing.T, s Served, rows []row, outside string) {
 			want = strings.Replace(want, `"files":-1`, `"files":0`, 1)
 		}
 		if got != want {
-			t.Errorf("%s %s\n got %s\nwant %s", r.typ, r.args, unfill(got, w), r.want)
+			t.Errorf("%s %s\n got %s\nwant %s", r.typ, r.args, strings.ReplaceAll(got, w, "$W"), r.want)
 		}
 	}
 	if after := testtree.List(t, outside); !slices.Equal(after, before) {
@@ -321,14 +323,4 @@ func filesAny(answer string) string {
 	g.Files = 0
 	b, _ := json.Marshal(g)
 	return string(b)
-}
-
-// unfill writes the served directory back as "$W" for messages.
-func unfill(s, w string) string { return strings.ReplaceAll(s, w, "$W") }
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
