@@ -129,7 +129,7 @@ func (t *Transport) startDetached(ctx context.Context, spec transports.Spec, pyt
 	})
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(runDir, "kernel.log"))
-		return kill(fmt.Errorf("%w (kernel.log: %q)", err, tail(log, 2048)))
+		return kill(fmt.Errorf("%w (kernel.log: %q)", err, log[max(0, len(log)-2048):]))
 	}
 	launch.Started()
 	return k, nil
@@ -188,7 +188,7 @@ func (t *Transport) attach(ctx context.Context, a attachment) (*detached, error)
 		jobs:   map[string]jobGroup{},
 		exited: a.exited,
 	}
-	for _, j := range h.Jobs { // the live jobs an earlier controller saw start
+	for _, j := range h.Jobs { // the live jobs an earlier controller saw start; k is not shared yet
 		k.track(j.ID, j.PID, j.PGID)
 	}
 	k.Streams = linked.New(client)
@@ -330,18 +330,12 @@ func (k *detached) observe(line []byte) {
 		delete(k.jobs, f.ID)
 		return
 	}
-	k.trackLocked(f.ID, f.PID, f.PGID)
+	k.track(f.ID, f.PID, f.PGID)
 }
 
 // track keeps job id's group once verified: pid leads group pgid and is the kernel's
-// child.
+// child. k.mu is held, or k is not shared yet.
 func (k *detached) track(id string, pid, pgid int) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.trackLocked(id, pid, pgid)
-}
-
-func (k *detached) trackLocked(id string, pid, pgid int) {
 	if verifyGroup(pid, pgid, k.info.PID) != nil {
 		return
 	}
@@ -444,13 +438,6 @@ func (k *detached) killJobs() {
 	}
 }
 
-// liveJobs is how many job groups the kernel is known to lead (for tests).
-func (k *detached) liveJobs() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.jobs)
-}
-
 // Info reports the kernel's pid (the stub, leader of its own session and group) and its
 // id (the run directory's name).
 func (k *detached) Info() transports.Info { return k.info }
@@ -489,18 +476,7 @@ func (k *detached) GroupAlive(pgid int) (bool, error) {
 
 // KillGroup SIGKILLs group pgid, unless the kernel has ended.
 func (k *detached) KillGroup(pgid int) error {
-	if err := checkPGID("kill", pgid); err != nil {
-		return err
-	}
-	select {
-	case <-k.watch.Ended():
-		return fmt.Errorf("kill process group %d: detached kernel %d ended: %w", pgid, k.info.PID, os.ErrProcessDone)
-	default:
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill process group %d: %w", pgid, err)
-	}
-	return nil
+	return killGroup(pgid, k.watch, fmt.Sprintf("detached kernel %d", k.info.PID))
 }
 
 func exitOf(ps *os.ProcessState) transports.Exit {
@@ -516,11 +492,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }

@@ -70,3 +70,10 @@ func TestHasZombieSeesAnUnreapedChild(t *testing.T) {
 		t.Fatal("a reaped child is still seen as a zombie")
 	}
 }
+
+// liveJobs is how many job groups the kernel is known to lead.
+func (k *detached) liveJobs() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.jobs)
+}

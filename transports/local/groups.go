@@ -32,7 +32,7 @@ func (k *kernel) GroupAlive(pgid int) (bool, error) {
 	if err := checkPGID("probe", pgid); err != nil {
 		return false, err
 	}
-	if k.ended() {
+	if ended(k.watch) {
 		return false, nil
 	}
 	return groupAlive(pgid)
@@ -42,11 +42,17 @@ func (k *kernel) GroupAlive(pgid int) (bool, error) {
 // nothing and returns an error matching os.ErrProcessDone: the id may no longer be the
 // job's.
 func (k *kernel) KillGroup(pgid int) error {
+	return killGroup(pgid, k.watch, fmt.Sprintf("local kernel %d", k.info.PID))
+}
+
+// killGroup is KillGroup of the kernel named what, watched by w: SIGKILL to group pgid
+// while the kernel has not ended.
+func killGroup(pgid int, w *transports.Watch, what string) error {
 	if err := checkPGID("kill", pgid); err != nil {
 		return err
 	}
-	if k.ended() {
-		return fmt.Errorf("kill process group %d: local kernel %d ended: %w", pgid, k.info.PID, os.ErrProcessDone)
+	if ended(w) {
+		return fmt.Errorf("kill process group %d: %s ended: %w", pgid, what, os.ErrProcessDone)
 	}
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
 		return fmt.Errorf("kill process group %d: %w", pgid, err)
@@ -54,11 +60,11 @@ func (k *kernel) KillGroup(pgid int) error {
 	return nil
 }
 
-// ended reports whether the reaper has been reaped: everything the kernel started is
-// gone.
-func (k *kernel) ended() bool {
+// ended reports whether w's kernel has ended (a local kernel's reaper reaped: everything
+// it started is gone).
+func ended(w *transports.Watch) bool {
 	select {
-	case <-k.watch.Ended():
+	case <-w.Ended():
 		return true
 	default:
 		return false
