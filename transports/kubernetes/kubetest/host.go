@@ -157,7 +157,7 @@ func leftovers(before hostState, dir, bin string) ([]string, error) {
 	}
 	for l := range strings.Lines(string(mounts)) {
 		f := strings.Fields(l)
-		if len(f) > 4 && (strings.HasPrefix(f[4], dir+"/") || f[4] == dir || strings.Contains(l, dir+"/") ||
+		if len(f) > 4 && (f[4] == dir || strings.Contains(l, dir+"/") ||
 			(strings.HasPrefix(f[4], "/run/netns/") && !slices.Contains(before.netns, filepath.Base(f[4])))) {
 			left = append(left, "mount "+f[4])
 		}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,10 +103,7 @@ func (c *C) Kubectl(ctx context.Context, args ...string) (string, error) {
 var (
 	mu      sync.Mutex
 	shared  *C
-	failure struct {
-		what string
-		err  error
-	}
+	failure error // why the first start failed
 )
 
 // Cluster returns the test binary's cluster, starting it at the first call (cluster.sh up
@@ -119,18 +117,13 @@ func Cluster(t testing.TB) *C {
 	e := need(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if shared == nil && failure.err == nil {
+	if shared == nil && failure == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), LockWait+10*time.Minute)
 		defer cancel()
-		c, err := up(ctx, t, e)
-		if err != nil {
-			failure.what, failure.err = "a Kubernetes test cluster", err
-		} else {
-			shared = c
-		}
+		shared, failure = up(ctx, t, e)
 	}
-	if failure.err != nil {
-		t.Fatalf("%s: %v", failure.what, failure.err)
+	if failure != nil {
+		t.Fatalf("a Kubernetes test cluster: %v", failure)
 	}
 	return shared
 }
@@ -282,22 +275,21 @@ func (c *C) importImage(ctx context.Context, e env) error {
 		return fmt.Errorf("docker save %s: %w", e.ref, err)
 	}
 	defer rc.Close()
-	cmd := exec.CommandContext(ctx, "ctr", "-a", filepath.Join(c.Dir, "containerd", "containerd.sock"), "-n", "k8s.io", "images", "import", "-")
+	ctr := []string{"-a", filepath.Join(c.Dir, "containerd", "containerd.sock"), "-n", "k8s.io", "images"}
+	cmd := exec.CommandContext(ctx, "ctr", append(ctr, "import", "-")...)
 	cmd.Stdin = rc
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("import %s into the cluster's containerd: %w: %s", e.ref, err, bytes.TrimSpace(tail(out, 2000)))
 	}
-	out, err = exec.CommandContext(ctx, "ctr", "-a", filepath.Join(c.Dir, "containerd", "containerd.sock"), "-n", "k8s.io", "images", "ls", "-q").Output()
+	out, err = exec.CommandContext(ctx, "ctr", append(ctr, "ls", "-q")...).Output()
 	if err != nil {
 		return fmt.Errorf("list the cluster's images: %w", err)
 	}
-	for _, l := range strings.Fields(string(out)) {
-		if l == c.Image {
-			return nil
-		}
+	if have := strings.Fields(string(out)); !slices.Contains(have, c.Image) {
+		return fmt.Errorf("import %s: the cluster's containerd names no %s (it has %q)", e.ref, c.Image, have)
 	}
-	return fmt.Errorf("import %s: the cluster's containerd names no %s (it has %q)", e.ref, c.Image, strings.Fields(string(out)))
+	return nil
 }
 
 // namespace creates Namespace and waits for the controller-manager to give it its
