@@ -35,7 +35,6 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/internal/testneed"
 	"github.com/kennel-dev/kennel/internal/testneed/dockerneed"
-	"github.com/kennel-dev/kennel/internal/testproc"
 	ctrd "github.com/kennel-dev/kennel/transports/containerd"
 )
 
@@ -48,7 +47,8 @@ type D struct {
 	// Log is the daemon's log file.
 	Log string
 
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	exited chan error // cmd.Wait's result, received once: by start or by stop
 }
 
 var (
@@ -71,18 +71,11 @@ func Daemon(t testing.TB) *D {
 	mu.Lock()
 	defer mu.Unlock()
 	if !started {
-		started = true
-		// The kernel image comes from the machine's Docker Engine.
+		// The kernel image comes from the machine's Docker Engine; a test that skips for
+		// want of it leaves the start to the next one, which skips the same way.
 		cli := dockerneed.KernelEngine(t)
-		d, err := start()
-		if err != nil {
-			failure.what, failure.err = "a containerd of the test's own", err
-		} else {
-			daemon = d
-			if err := d.importImage(cli); err != nil {
-				failure.what, failure.err = "the kernel image imported into containerd", err
-			}
-		}
+		started = true
+		daemon, failure.what, failure.err = launch(cli)
 	}
 	if failure.err != nil {
 		testneed.Missing(t, failure.what, failure.err)
@@ -98,16 +91,27 @@ func Own(t testing.TB) *D {
 	t.Helper()
 	testneed.Root(t)
 	testneed.Tools(t, "containerd", "runc", "containerd-shim-runc-v2")
-	cli := dockerneed.KernelEngine(t)
-	d, err := start()
-	if err != nil {
-		testneed.Missing(t, "a containerd of the test's own", err)
+	d, what, err := launch(dockerneed.KernelEngine(t))
+	if d != nil {
+		t.Cleanup(d.stop)
 	}
-	t.Cleanup(d.stop)
-	if err := d.importImage(cli); err != nil {
-		testneed.Missing(t, "the kernel image imported into containerd", err)
+	if err != nil {
+		testneed.Missing(t, what, err)
 	}
 	return d
+}
+
+// launch starts a daemon and imports the kernel image from cli into it. On an error it
+// names what is missing; a daemon that started is returned even then, to be stopped.
+func launch(cli *dclient.Client) (*D, string, error) {
+	d, err := start()
+	if err != nil {
+		return nil, "a containerd of the test's own", err
+	}
+	if err := d.importImage(cli); err != nil {
+		return d, "the kernel image imported into containerd", err
+	}
+	return d, "", nil
 }
 
 // Main runs the tests and then stops the daemon (if one started), removing its tasks,
@@ -159,8 +163,8 @@ func start() (*D, error) {
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- d.cmd.Wait() }()
+	d.exited = make(chan error, 1)
+	go func() { d.exited <- d.cmd.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -171,8 +175,8 @@ func start() (*D, error) {
 			return d, nil
 		}
 		select {
-		case werr := <-exited:
-			return nil, fmt.Errorf("containerd exited (%v): %s", werr, tail(d.Log))
+		case err := <-d.exited:
+			return nil, fmt.Errorf("containerd exited (%v): %s", err, tail(d.Log))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -212,20 +216,11 @@ func (d *D) stop() {
 		cancel()
 		d.Client.Close()
 	}
-	if d.cmd != nil && d.cmd.Process != nil {
-		_ = testproc.Kill(d.cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() {
-			for testproc.Kill(d.cmd.Process.Pid, 0) == nil {
-				time.Sleep(20 * time.Millisecond)
-			}
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = testproc.Kill(d.cmd.Process.Pid, syscall.SIGKILL)
-		}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(10 * time.Second):
+		_ = d.cmd.Process.Kill()
 	}
 	_ = os.RemoveAll(d.Dir)
 }
