@@ -125,7 +125,7 @@ func TestJobRunEncodesItsFIFOsOnlyWhenSet(t *testing.T) {
 		{protocol.JobRun{ID: "j1", Command: "c", Stdout: "/p/a", Stderr: "/p/b"}, `{"type":"job_run","id":"j1","command":"c","stdout":"/p/a","stderr":"/p/b"}`},
 		{protocol.JobRun{ID: "j1", Command: "c", Stderr: "/p/\"b"}, `{"type":"job_run","id":"j1","command":"c","stderr":"/p/\"b"}`},
 	} {
-		got, err := tc.f.MarshalLine()
+		got, err := protocol.MarshalLine(tc.f)
 		if err != nil || string(got) != tc.want+"\n" {
 			t.Errorf("%+v: %s, %v; want %s", tc.f, got, err, tc.want)
 		}
@@ -133,7 +133,7 @@ func TestJobRunEncodesItsFIFOsOnlyWhenSet(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := protocol.JobRun{ID: rapid.String().Draw(t, "id"), Command: rapid.String().Draw(t, "cmd"),
 			Stdout: rapid.String().Draw(t, "stdout"), Stderr: rapid.String().Draw(t, "stderr")}
-		line, err := f.MarshalLine()
+		line, err := protocol.MarshalLine(f)
 		if err != nil {
 			t.Fatal(err)
 		}

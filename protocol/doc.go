@@ -10,11 +10,11 @@
 //
 // Encoding a reply and decoding an event:
 //
-//	line, err := protocol.HostReply{
+//	line, err := protocol.MarshalLine(protocol.HostReply{
 //		ID:     "h7",
 //		Status: protocol.StatusError,
 //		Error:  &protocol.ReplyError{Code: protocol.CodeNotFound, Message: "no such file"},
-//	}.MarshalLine()
+//	})
 //	// line == `{"type":"host_reply","id":"h7","status":"error","error":{"code":"not_found","message":"no such file"}}` + "\n"
 //
 //	ev, err := protocol.DecodeEvent([]byte(`{"event":"stream","id":"c1","name":"stdout","text":"42\n"}`))

@@ -15,9 +15,6 @@ type HostFrame interface {
 	AppendLine(dst []byte) ([]byte, error)
 }
 
-// AppendFrame appends f's line to dst. On error dst is returned unchanged.
-func AppendFrame(dst []byte, f HostFrame) ([]byte, error) { return f.AppendLine(dst) }
-
 // MarshalLine returns f's line, ended by '\n'.
 func MarshalLine(f HostFrame) ([]byte, error) { return f.AppendLine(nil) }
 
@@ -57,9 +54,6 @@ func (f Execute) AppendLine(dst []byte) ([]byte, error) {
 	return append(dst, '}', '\n'), nil
 }
 
-// MarshalLine returns the frame's line.
-func (f Execute) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
-
 // Interrupt asks the kernel to raise KeyboardInterrupt in cell ID if it runs.
 type Interrupt struct {
 	ID string
@@ -72,9 +66,6 @@ func (Interrupt) FrameType() string { return TypeInterrupt }
 func (f Interrupt) AppendLine(dst []byte) ([]byte, error) {
 	return append(appendHead(dst, TypeInterrupt, f.ID), '}', '\n'), nil
 }
-
-// MarshalLine returns the frame's line.
-func (f Interrupt) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
 
 // ReplyError is the error of a host_reply. Reason and Version are set for path refusals
 // (CodeOutside, CodeReadOnly) and omitted when empty.
@@ -153,9 +144,6 @@ func (f HostReply) AppendLine(dst []byte) ([]byte, error) {
 	return append(dst, '}', '\n'), nil
 }
 
-// MarshalLine returns the frame's line.
-func (f HostReply) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
-
 // JobRun asks the kernel to start shell job ID running `/bin/sh -c Command`. Stdout and
 // Stderr, when set, are paths (FIFOs the host reads, for a kernel that shares the host's
 // file system) the kernel opens for writing and gives the job as its stdout and stderr,
@@ -185,9 +173,6 @@ func (f JobRun) AppendLine(dst []byte) ([]byte, error) {
 	return append(dst, '}', '\n'), nil
 }
 
-// MarshalLine returns the frame's line.
-func (f JobRun) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
-
 // JobKill asks the kernel to signal job ID's process group. Signal 0 omits the field, and
 // the kernel sends its default, 15 (SIGTERM).
 type JobKill struct {
@@ -211,9 +196,6 @@ func (f JobKill) AppendLine(dst []byte) ([]byte, error) {
 	return append(dst, '}', '\n'), nil
 }
 
-// MarshalLine returns the frame's line.
-func (f JobKill) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
-
 // Shutdown asks the kernel to stop its jobs and exit. Its id is "".
 type Shutdown struct{}
 
@@ -224,9 +206,6 @@ func (Shutdown) FrameType() string { return TypeShutdown }
 func (f Shutdown) AppendLine(dst []byte) ([]byte, error) {
 	return append(appendHead(dst, TypeShutdown, ""), '}', '\n'), nil
 }
-
-// MarshalLine returns the frame's line.
-func (f Shutdown) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }
 
 // Call asks the kernel to call @remote function Function of module Module with Args (a
 // JSON object of keyword arguments; nil encodes as {}), as call ID: one done of that id
@@ -265,6 +244,3 @@ func (f Call) AppendLine(dst []byte) ([]byte, error) {
 	}
 	return append(dst, '}', '\n'), nil
 }
-
-// MarshalLine returns the frame's line.
-func (f Call) MarshalLine() ([]byte, error) { return f.AppendLine(nil) }

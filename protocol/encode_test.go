@@ -39,9 +39,9 @@ func TestHostFramesEncodeExactly(t *testing.T) {
 			t.Errorf("%#v:\n got %s\nwant %s", tt.f, got, tt.want)
 		}
 		pre := []byte("prefix")
-		app, err := AppendFrame(pre, tt.f)
+		app, err := tt.f.AppendLine(pre)
 		if err != nil || string(app) != "prefix"+tt.want+"\n" {
-			t.Errorf("AppendFrame(%#v) = %q, %v", tt.f, app, err)
+			t.Errorf("%#v.AppendLine = %q, %v", tt.f, app, err)
 		}
 	}
 }
@@ -70,7 +70,7 @@ func TestHostReplyRefusesBadInput(t *testing.T) {
 		}
 	}
 	for _, sig := range []int{-1, 65} {
-		if _, err := (JobKill{ID: "j", Signal: sig}).MarshalLine(); !errors.Is(err, ErrBadField) {
+		if _, err := MarshalLine(JobKill{ID: "j", Signal: sig}); !errors.Is(err, ErrBadField) {
 			t.Errorf("JobKill signal %d: err = %v, want ErrBadField", sig, err)
 		}
 	}

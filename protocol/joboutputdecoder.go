@@ -45,7 +45,6 @@ func (d *JobOutputDecoder) Decode(line []byte, id string) ([]byte, error) {
 // The stub's job_output layout: {"event":"job_output","id":ID,"name":NAME,"data":B64}.
 var (
 	jobOutputHead = []byte(`{"event":"job_output","id":"`)
-	jobOutputName = []byte(`","name":"`)
 	jobOutputData = []byte(`","data":"`)
 	jobOutputTail = []byte(`"}`)
 )
@@ -54,27 +53,12 @@ var (
 // with the data as standard padded base64, into *buf (grown as needed), and returns the
 // bytes. ok is false for any other line, which DecodeJobOutput decides on; when ok is
 // true, DecodeJobOutput accepts the line with the same id and bytes. The layout leaves no
-// room for escapes, other keys or whitespace: id must need no JSON escape, the name is
-// stdout or stderr, and a base64 body holds no quote or backslash (nor CR or LF, which
-// base64 decoders skip but JSON refuses raw in a string).
+// room for escapes, other keys or whitespace (see cutStubHead), and a base64 body holds
+// no quote or backslash (nor CR or LF, which base64 decoders skip but JSON refuses raw in
+// a string).
 func decodeStubJobOutput(line []byte, id string, buf *[]byte) ([]byte, bool) {
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < 0x20 || c == '"' || c == '\\' {
-			return nil, false
-		}
-	}
-	rest, ok := bytes.CutPrefix(line, jobOutputHead)
-	if !ok || !bytes.HasPrefix(rest, []byte(id)) {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest[len(id):], jobOutputName); !ok {
-		return nil, false
-	}
-	if r, ok := bytes.CutPrefix(rest, []byte(StreamStdout)); ok {
-		rest = r
-	} else if r, ok := bytes.CutPrefix(rest, []byte(StreamStderr)); ok {
-		rest = r
-	} else {
+	_, rest, ok := cutStubHead(line, jobOutputHead, id)
+	if !ok {
 		return nil, false
 	}
 	if rest, ok = bytes.CutPrefix(rest, jobOutputData); !ok {

@@ -57,34 +57,45 @@ func (d *StreamDecoder) Decode(line []byte, id string) (StreamText, error) {
 // The stub's stream layout: {"event":"stream","id":ID,"name":NAME,"text":TEXT}.
 var (
 	streamHead = []byte(`{"event":"stream","id":"`)
-	streamName = []byte(`","name":"`)
 	streamText = []byte(`","text":`)
 )
+
+// stubName follows the id in the stub's stream and job_output layouts.
+var stubName = []byte(`","name":"`)
+
+// cutStubHead cuts head, id, `","name":"` and the stream's name off line, a stream or
+// job_output line in the stub's layout, and returns the name and the rest. ok is false
+// for any other line, and for an id that needs a JSON escape or is not ASCII (the stub
+// escapes every other character), so the head's bytes are valid UTF-8.
+func cutStubHead(line, head []byte, id string) (name string, rest []byte, ok bool) {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return "", nil, false
+		}
+	}
+	rest, ok = bytes.CutPrefix(line, head)
+	if !ok || !bytes.HasPrefix(rest, []byte(id)) {
+		return "", nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest[len(id):], stubName); !ok {
+		return "", nil, false
+	}
+	for _, name := range []string{StreamStdout, StreamStderr} {
+		if r, ok := bytes.CutPrefix(rest, []byte(name)); ok {
+			return name, r, true
+		}
+	}
+	return "", nil, false
+}
 
 // decodeStubStream decodes a stream line of id in exactly the stub's layout into *buf
 // (grown as needed). ok is false for any other line, which DecodeStream decides on; when
 // ok is true, DecodeStream accepts the line with the same id, name and text. The layout
-// leaves no room for other keys or whitespace; id must need no JSON escape; the line
-// must be ASCII (the stub escapes every other character), so it is valid UTF-8.
+// leaves no room for other keys or whitespace (see cutStubHead); the line must be ASCII
+// (the stub escapes every other character), so it is valid UTF-8.
 func decodeStubStream(line []byte, id string, buf *[]byte) (StreamText, bool) {
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
-			return StreamText{}, false
-		}
-	}
-	rest, ok := bytes.CutPrefix(line, streamHead)
-	if !ok || !bytes.HasPrefix(rest, []byte(id)) {
-		return StreamText{}, false
-	}
-	if rest, ok = bytes.CutPrefix(rest[len(id):], streamName); !ok {
-		return StreamText{}, false
-	}
-	var name string
-	if r, ok := bytes.CutPrefix(rest, []byte(StreamStdout)); ok {
-		name, rest = StreamStdout, r
-	} else if r, ok := bytes.CutPrefix(rest, []byte(StreamStderr)); ok {
-		name, rest = StreamStderr, r
-	} else {
+	name, rest, ok := cutStubHead(line, streamHead, id)
+	if !ok {
 		return StreamText{}, false
 	}
 	if rest, ok = bytes.CutPrefix(rest, streamText); !ok {
