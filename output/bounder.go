@@ -29,8 +29,7 @@ type Bounder struct {
 	off bool
 	lim Limits
 
-	buf    []byte // head: the first bytes; tail: the last bytes; off: all
-	bufOff int64  // tail: offset in the output of buf[0]
+	buf []byte // head: the first bytes; tail: the last bytes; off: all
 
 	total    int64
 	newlines int64
@@ -103,22 +102,17 @@ func (b *Bounder) store(p []byte) {
 		b.buf = append(b.buf, p...)
 	case b.lim.Keep == Head:
 		if room := b.keepN() - int64(len(b.buf)); room > 0 {
-			if int64(len(p)) > room {
-				p = p[:room]
-			}
-			b.buf = append(b.buf, p...)
+			b.buf = append(b.buf, p[:min(int64(len(p)), room)]...)
 		}
 	default:
 		n := b.keepN()
 		if int64(len(p)) >= n {
-			b.bufOff = b.total - n
 			b.buf = append(b.buf[:0], p[int64(len(p))-n:]...)
 			return
 		}
 		b.buf = append(b.buf, p...)
 		if int64(len(b.buf)) > 2*n {
 			drop := int64(len(b.buf)) - n
-			b.bufOff += drop
 			b.buf = b.buf[:copy(b.buf, b.buf[drop:])]
 		}
 	}
@@ -161,22 +155,11 @@ func (b *Bounder) result() Result {
 		r.fill(b.buf, true)
 		return r
 	}
-	r.Keep = b.lim.Keep
-	var s span
-	var kept []byte
-	if b.lim.Keep == Head {
-		s = headWindow(b.buf, int64(len(b.buf)) == b.total, b.lim)
-		kept = b.buf[s.lo:s.hi]
-	} else {
-		view := b.buf
-		if int64(len(view)) > b.keepN() {
-			view = view[int64(len(view))-b.keepN():]
-		}
-		start := b.bufOff+int64(len(b.buf)-len(view)) == 0
-		s = tailWindow(view, start, b.lim)
-		kept = view[s.lo:s.hi]
+	view := b.buf // a head's first bytes; a tail's last (buf ends where the output does)
+	if b.lim.Keep == Tail && int64(len(view)) > b.keepN() {
+		view = view[int64(len(view))-b.keepN():]
 	}
-	r.fill(kept, s.whole)
+	r.fillWindow(view, int64(len(view)) == b.total, b.lim)
 	return r
 }
 

@@ -142,8 +142,9 @@ func (c *Capture) Write(p []byte) (int, error) {
 	spilled, spillPath := int64(-1), ""
 	if c.dir != "" && spillErr == nil && !frozen && end > c.prefixCap && start < c.spillCap {
 		if c.spill == nil {
-			spillErr = c.openSpill(start) // writes the prefix [0, start)
-			spillPath = c.spillName()
+			if spillErr = c.openSpill(start); spillErr == nil { // it wrote the prefix [0, start)
+				spillPath = c.spill.Name()
+			}
 		}
 		if spillErr == nil {
 			n := min(end, c.spillCap) - start
@@ -222,14 +223,6 @@ func (c *Capture) Skip(n int64) error {
 	c.seen += n
 	c.tailFloor = c.seen
 	return nil
-}
-
-// spillName is the spill file's path; the caller holds wmu and spill is open.
-func (c *Capture) spillName() string {
-	if c.spill == nil {
-		return ""
-	}
-	return c.spill.Name()
 }
 
 // openSpill checks the spill directory again, creates the spill file and writes the

@@ -77,14 +77,7 @@ func (c *Capture) bound(t Truncation, memOnly bool) (Result, error) {
 		r.DroppedLines = r.TotalLines - r.KeptLines
 		return r, nil
 	}
-	r.Keep = w.lim.Keep
-	var s span
-	if w.lim.Keep == Head {
-		s = headWindow(buf, w.whole, w.lim)
-	} else {
-		s = tailWindow(buf, w.whole, w.lim)
-	}
-	r.fill(buf[s.lo:s.hi], s.whole)
+	r.fillWindow(buf, w.whole, w.lim)
 	return r, nil
 }
 

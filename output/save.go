@@ -32,40 +32,39 @@ func (c *Capture) Save(ctx context.Context, path string) (string, error) {
 	}
 
 	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*")
-	if err != nil {
-		return "", fmt.Errorf("save output %s: %w", abs, err)
-	}
-	done := false
-	defer func() {
-		if !done {
+	if err == nil {
+		if err = c.writeTo(ctx, tmp, st.Seen); err == nil {
+			err = os.Rename(tmp.Name(), abs)
+		}
+		if err != nil {
 			_ = tmp.Close()
 			_ = os.Remove(tmp.Name())
 		}
-	}()
-	for off := int64(0); off < st.Seen; {
-		if err := ctx.Err(); err != nil {
-			return "", fmt.Errorf("save output %s: %w", abs, context.Cause(ctx))
+	}
+	if err != nil {
+		return "", fmt.Errorf("save output %s: %w", abs, err)
+	}
+	return abs, nil
+}
+
+// writeTo writes the first n bytes of the capture to f page by page, stopping between
+// pages when ctx ends, then syncs and closes f.
+func (c *Capture) writeTo(ctx context.Context, f *os.File, n int64) error {
+	for off := int64(0); off < n; {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
 		}
-		page, err := c.ReadPage(off, min(MaxPage, st.Seen-off))
+		page, err := c.ReadPage(off, min(MaxPage, n-off))
 		if err != nil {
-			return "", fmt.Errorf("save output %s: %w", abs, err)
+			return err
 		}
-		if _, err := tmp.Write(page.Data); err != nil {
-			return "", fmt.Errorf("save output %s: %w", abs, err)
+		if _, err := f.Write(page.Data); err != nil {
+			return err
 		}
 		off += int64(len(page.Data))
 	}
-	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("save output %s: %w", abs, err)
+	if err := f.Sync(); err != nil {
+		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("save output %s: %w", abs, err)
-	}
-	if err := os.Rename(tmp.Name(), abs); err != nil {
-		_ = os.Remove(tmp.Name())
-		done = true
-		return "", fmt.Errorf("save output %s: %w", abs, err)
-	}
-	done = true
-	return abs, nil
+	return f.Close()
 }

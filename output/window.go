@@ -78,6 +78,20 @@ func tailWindow(buf []byte, start bool, l Limits) span {
 	return span{cutForward(buf, int64(len(buf))-l.Bytes), len(buf), false}
 }
 
+// fillWindow sets r's window under l, and its Keep, from buf: the text's first (Head) or
+// last (Tail) bytes, at least min(len(text), l.Bytes+1) of them; all says buf is the
+// whole text.
+func (r *Result) fillWindow(buf []byte, all bool, l Limits) {
+	r.Keep = l.Keep
+	var s span
+	if l.Keep == Head {
+		s = headWindow(buf, all, l)
+	} else {
+		s = tailWindow(buf, all, l)
+	}
+	r.fill(buf[s.lo:s.hi], s.whole)
+}
+
 // isBoundary reports whether i is a character boundary of buf.
 func isBoundary(buf []byte, i int) bool {
 	return i <= 0 || i >= len(buf) || utf8.RuneStart(buf[i])
@@ -143,22 +157,11 @@ func Bound(text []byte, t Truncation) (Result, error) {
 		return r, nil
 	}
 	l := t.Limits()
-	r.Keep = l.Keep
-	view := int64(len(text))
-	if view > l.Bytes+1 {
-		view = l.Bytes + 1
+	view := min(total, l.Bytes+1)
+	buf := text[:view]
+	if l.Keep == Tail {
+		buf = text[total-view:]
 	}
-	var s span
-	var kept []byte
-	if l.Keep == Head {
-		buf := text[:view]
-		s = headWindow(buf, view == total, l)
-		kept = buf[s.lo:s.hi]
-	} else {
-		buf := text[total-view:]
-		s = tailWindow(buf, view == total, l)
-		kept = buf[s.lo:s.hi]
-	}
-	r.fill(kept, s.whole)
+	r.fillWindow(buf, view == total, l)
 	return r, nil
 }
