@@ -10,6 +10,7 @@ import (
 	"regexp/syntax"
 	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
@@ -238,24 +239,32 @@ func (w *grepWorker) file(ctx context.Context, j grepJob) *fileMatches {
 		return nil
 	}
 	fm := &fileMatches{idx: j.idx}
-	line, last := 1, 0
-	g.mt.search(data, func(ls, le int) bool {
-		line += bytes.Count(data[last:ls], nl)
-		last = ls
-		if len(fm.matches) == g.limit {
-			fm.more = true
-			return false
-		}
-		fm.matches = append(fm.matches, Match{Path: j.e.Path, Line: line, Text: string(cutUTF8Bytes(data[ls:le], g.s.opts.MaxLineBytes))})
-		return true
-	})
-	if len(fm.matches) == 0 || !validUTF8(data) {
+	g.collect(fm, j.e.Path, data, 1)
+	if len(fm.matches) == 0 || !utf8.Valid(data) {
 		return nil
 	}
 	return fm
 }
 
 var nl = []byte{'\n'}
+
+// collect adds to fm the matching lines of buf, a piece of the file at path whose first
+// line is number line, up to the run's limit (fm.more when there are more). It returns
+// the number of the line of the last match searched and where that line starts in buf.
+func (g *grepRun) collect(fm *fileMatches, path string, buf []byte, line int) (int, int) {
+	last := 0
+	g.mt.search(buf, func(ls, le int) bool {
+		line += bytes.Count(buf[last:ls], nl)
+		last = ls
+		if len(fm.matches) == g.limit {
+			fm.more = true
+			return false
+		}
+		fm.matches = append(fm.matches, Match{Path: path, Line: line, Text: string(cutUTF8(buf[ls:le], g.s.opts.MaxLineBytes))})
+		return true
+	})
+	return line, last
+}
 
 // chunked searches a file too large to read whole, in chunks of whole lines. It is
 // opened by its path again; if that leads elsewhere than the entry walked (a symlink
@@ -300,19 +309,10 @@ func (w *grepWorker) chunked(ctx context.Context, j grepJob) *fileMatches {
 			end = n // a line over grepMaxLine: searched in pieces
 		}
 		chunk := buf[:end]
-		last, stop := 0, false
-		g.mt.search(chunk, func(ls, le int) bool {
-			line += bytes.Count(chunk[last:ls], nl)
-			last = ls
-			if len(fm.matches) == g.limit {
-				fm.more, stop = true, true
-				return false
-			}
-			fm.matches = append(fm.matches, Match{Path: j.e.Path, Line: line, Text: string(cutUTF8Bytes(chunk[ls:le], g.s.opts.MaxLineBytes))})
-			return true
-		})
+		var last int
+		line, last = g.collect(fm, j.e.Path, chunk, line)
 		line += bytes.Count(chunk[last:], nl)
-		if stop || eof {
+		if fm.more || eof {
 			break
 		}
 		n = copy(buf, buf[end:n])

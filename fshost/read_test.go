@@ -150,8 +150,8 @@ func TestUTF8StreamProperty(t *testing.T) {
 			u.write(rest[:n])
 			rest = rest[n:]
 		}
-		if u.valid() != utf8.Valid(data) || validUTF8(data) != utf8.Valid(data) {
-			rt.Fatalf("%x: stream %v, validUTF8 %v, utf8.Valid %v", data, u.valid(), validUTF8(data), utf8.Valid(data))
+		if tail, ok := utf8Prefix(data); u.valid() != utf8.Valid(data) || (ok && tail == 0) != utf8.Valid(data) {
+			rt.Fatalf("%x: stream %v, utf8Prefix %d %v, utf8.Valid %v", data, u.valid(), tail, ok, utf8.Valid(data))
 		}
 	})
 }

@@ -106,41 +106,27 @@ func (s *Server) Serves(typ string) bool {
 func (s *Server) Serve(ctx context.Context, typ string, args json.RawMessage) (result any, err error) {
 	switch typ {
 	case TypeRead:
-		var a ReadArgs
-		if err := decode(typ, args, &a); err != nil {
-			return nil, err
-		}
-		return reply(s.Read(ctx, a))
+		return serve(ctx, typ, args, s.Read)
 	case TypeWrite:
-		var a WriteArgs
-		if err := decode(typ, args, &a); err != nil {
-			return nil, err
-		}
-		return reply(s.Write(ctx, a))
+		return serve(ctx, typ, args, s.Write)
 	case TypeEdit:
-		var a EditArgs
-		if err := decode(typ, args, &a); err != nil {
-			return nil, err
-		}
-		return reply(s.Edit(ctx, a))
+		return serve(ctx, typ, args, s.Edit)
 	case TypeGrep:
-		var a GrepArgs
-		if err := decode(typ, args, &a); err != nil {
-			return nil, err
-		}
-		return reply(s.Grep(ctx, a))
+		return serve(ctx, typ, args, s.Grep)
 	case TypeGlob:
-		var a GlobArgs
-		if err := decode(typ, args, &a); err != nil {
-			return nil, err
-		}
-		return reply(s.Glob(ctx, a))
+		return serve(ctx, typ, args, s.Glob)
 	}
 	return nil, fail("serve", "", fsroot.ErrUnserved, "type %q", cutUTF8(typ, 64))
 }
 
-// reply returns a handler's result as an interface, nil (not a typed nil) with an error.
-func reply[T any](r *T, err error) (any, error) {
+// serve decodes a request's arguments into A and runs handler h on them. Its result is
+// nil (not a typed nil) with an error.
+func serve[A, R any](ctx context.Context, typ string, args json.RawMessage, h func(context.Context, A) (*R, error)) (any, error) {
+	var a A
+	if err := decode(typ, args, &a); err != nil {
+		return nil, err
+	}
+	r, err := h(ctx, a)
 	if err != nil {
 		return nil, err
 	}

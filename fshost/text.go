@@ -2,7 +2,6 @@ package fshost
 
 import (
 	"bytes"
-	"encoding/binary"
 	"unicode/utf8"
 )
 
@@ -21,38 +20,10 @@ func hasNUL(b []byte, off int64) bool {
 
 // utf8Prefix checks that b is valid UTF-8 except for an incomplete rune at its very end,
 // and returns the length of that incomplete tail (0 to 3). ok is false on an invalid
-// sequence. ASCII runs are checked 32 bytes at a time.
+// sequence.
 func utf8Prefix(b []byte) (tail int, ok bool) {
-	i := 0
-	for i < len(b) {
-		if i+32 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:]) | binary.LittleEndian.Uint64(b[i+8:]) |
-				binary.LittleEndian.Uint64(b[i+16:]) | binary.LittleEndian.Uint64(b[i+24:])
-			if x&0x8080808080808080 == 0 {
-				i += 32
-				continue
-			}
-		}
-		if b[i] < utf8.RuneSelf {
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size == 1 {
-			if !utf8.FullRune(b[i:]) {
-				return len(b) - i, true
-			}
-			return 0, false
-		}
-		i += size
-	}
-	return 0, true
-}
-
-// validUTF8 reports whether b is entirely valid UTF-8.
-func validUTF8(b []byte) bool {
-	tail, ok := utf8Prefix(b)
-	return ok && tail == 0
+	tail = len(b) - len(trimPartialRune(b))
+	return tail, utf8.Valid(b[:len(b)-tail])
 }
 
 // utf8Stream validates a byte stream given in chunks.
@@ -96,7 +67,7 @@ func (s *utf8Stream) write(b []byte) {
 func (s *utf8Stream) valid() bool { return !s.bad && s.n == 0 }
 
 // cutUTF8 returns the longest prefix of s of at most n bytes that does not split a rune.
-func cutUTF8(s string, n int) string {
+func cutUTF8[S string | []byte](s S, n int) S {
 	if len(s) <= n {
 		return s
 	}
@@ -104,17 +75,6 @@ func cutUTF8(s string, n int) string {
 		n--
 	}
 	return s[:n]
-}
-
-// cutUTF8Bytes is cutUTF8 for bytes.
-func cutUTF8Bytes(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	for n > 0 && !utf8.RuneStart(b[n]) {
-		n--
-	}
-	return b[:n]
 }
 
 // trimPartialRune drops an incomplete rune from the end of b (a cut made by byte count).

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
@@ -168,7 +170,7 @@ func (s *Server) planEdits(ctx context.Context, a EditArgs) (string, []byte, err
 	if len(text) > s.opts.MaxEditBytes {
 		return "", nil, fail(op, info.Path, fsroot.ErrTooLarge, "over %d bytes", s.opts.MaxEditBytes)
 	}
-	if hasNUL(text, 0) || !validUTF8(text) {
+	if hasNUL(text, 0) || !utf8.Valid(text) {
 		return "", nil, fail(op, info.Path, fsroot.ErrBinary, "")
 	}
 	for i, e := range a.Edits {
@@ -183,9 +185,7 @@ func (s *Server) planEdits(ctx context.Context, a EditArgs) (string, []byte, err
 		if bytes.Contains(text[at+1:], old) {
 			return "", nil, fail(op, info.Path, fsroot.ErrAmbiguous, "edit %d", i)
 		}
-		next := make([]byte, 0, len(text)-len(old)+len(e.New))
-		next = append(append(append(next, text[:at]...), e.New...), text[at+len(old):]...)
-		text = next
+		text = slices.Concat(text[:at], []byte(e.New), text[at+len(old):])
 	}
 	return info.Path, text, nil
 }
