@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
@@ -33,17 +31,17 @@ type Kernel struct {
 	watch  *transports.Watch
 }
 
-func newKernel(cmd *exec.Cmd, stdin, stdout, stderr *os.File, stderrTo io.Writer, preamble []byte, opts Options) *Kernel {
+func newKernel(cmd *exec.Cmd, p pipes, stderrTo io.Writer, preamble []byte, opts Options) *Kernel {
 	pid := cmd.Process.Pid
 	k := &Kernel{
 		pid:    pid,
-		stdin:  newGatedWriter(stdin, preamble),
-		stdout: kernelstart.NewPipeReader(stdout),
+		stdin:  newGatedWriter(p.stdin, preamble),
+		stdout: kernelstart.NewPipeReader(p.stdout),
 		info:   transports.Info{Transport: Name, ID: strconv.Itoa(pid)},
 	}
 	var copied chan struct{}
-	if stderr != nil {
-		k.stderr = kernelstart.NewPipeReader(stderr)
+	if p.stderr != nil {
+		k.stderr = kernelstart.NewPipeReader(p.stderr)
 		copied = make(chan struct{})
 		go func() {
 			defer close(copied)
@@ -87,13 +85,7 @@ func newKernel(cmd *exec.Cmd, stdin, stdout, stderr *os.File, stderrTo io.Writer
 func (k *Kernel) reap(cmd *exec.Cmd, seen func() bool) (transports.Exit, error) {
 	// See the exit without reaping the wrapper, so that a signal to its process group
 	// (a Live rung, held off by seen) cannot reach a group that reuses its id.
-	var si unix.Siginfo
-	for {
-		err := unix.Waitid(unix.P_PID, k.pid, &si, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	seeExit(k.pid)
 	seen()
 	werr := cmd.Wait()
 	k.stdin.Close() // nobody reads it any more; a blocked Write returns
@@ -145,15 +137,14 @@ func (k *Kernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
 // gatedWriter is the kernel's stdin: a goroutine writes the preamble first, and every
 // Write waits for it.
 type gatedWriter struct {
-	f         *os.File
-	ready     chan struct{}
-	err       error // the preamble's write error; set before ready closes
-	closeOnce sync.Once
-	closeErr  error
+	f     *os.File
+	ready chan struct{}
+	err   error        // the preamble's write error; set before ready closes
+	close func() error // f.Close, once
 }
 
 func newGatedWriter(f *os.File, preamble []byte) *gatedWriter {
-	w := &gatedWriter{f: f, ready: make(chan struct{})}
+	w := &gatedWriter{f: f, ready: make(chan struct{}), close: sync.OnceValue(f.Close)}
 	go func() {
 		defer close(w.ready)
 		if _, err := f.Write(preamble); err != nil {
@@ -174,7 +165,4 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 
 // Close closes the pipe (a preamble still being written stops); later calls return the
 // first call's result.
-func (w *gatedWriter) Close() error {
-	w.closeOnce.Do(func() { w.closeErr = w.f.Close() })
-	return w.closeErr
-}
+func (w *gatedWriter) Close() error { return w.close() }

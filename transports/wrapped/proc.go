@@ -7,14 +7,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
@@ -56,64 +52,23 @@ func runner(grow int) kernelstart.Runner {
 }
 
 func startProc(argv []string, stderr io.Writer, grow int) (*hostProc, error) {
-	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	inR, inW, err := pipe()
+	cmd, ours, err := startWrapper(argv, grow, true)
 	if err != nil {
 		return nil, err
 	}
-	outR, outW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	if grow > 0 {
-		growPipe(inW, grow)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		closeAll()
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
-			err = fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("run wrapper %q: %w", argv[0], err)
-	}
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	p := &hostProc{pid: cmd.Process.Pid, in: inW, out: outR, copied: make(chan struct{}), exited: make(chan struct{})}
+	p := &hostProc{pid: cmd.Process.Pid, in: ours.stdin, out: ours.stdout, copied: make(chan struct{}), exited: make(chan struct{})}
 	if stderr == nil {
 		stderr = io.Discard
 	}
 	go func() {
 		defer close(p.copied)
-		_, _ = io.Copy(stderr, errR)
-		errR.Close()
+		_, _ = io.Copy(stderr, ours.stderr)
+		ours.stderr.Close()
 	}()
 	go func() {
 		// See the exit without reaping, so a SIGKILL of the group (Close) never reaches
 		// a group that reuses its id.
-		var si unix.Siginfo
-		for unix.Waitid(unix.P_PID, p.pid, &si, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
-		}
+		seeExit(p.pid)
 		p.mu.Lock()
 		p.seen = true
 		p.mu.Unlock()

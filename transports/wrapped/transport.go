@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -192,11 +191,11 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 	if err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
-	k, err := launch(argv, preamble, spec.Stderr, t.opts)
+	cmd, p, err := startWrapper(argv, len(preamble), spec.Stderr != nil)
 	if err != nil {
 		return nil, fmt.Errorf("start wrapped kernel %q: %w", spec.SessionID, err)
 	}
-	return k, nil
+	return newKernel(cmd, p, spec.Stderr, preamble, t.opts), nil
 }
 
 // check refuses what cannot start, before anything runs, and returns the interpreter.
@@ -270,56 +269,59 @@ func (t *Transport) plan(bc bundleCache, spec transports.Spec, python, runDir st
 	return argv, preamble, nil
 }
 
-// launch starts argv in its own process group with the host's environment, its stdin
-// and stdout as pipes, and sends preamble before any frame.
-func launch(argv []string, preamble []byte, stderr io.Writer, opts Options) (*Kernel, error) {
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	growPipe(inW, len(preamble))
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return nil, err
-	}
-	var errR, errW *os.File
-	if stderr != nil {
-		if errR, errW, err = os.Pipe(); err != nil {
-			inR.Close()
-			inW.Close()
-			outR.Close()
-			outW.Close()
-			return nil, err
+// pipes are our ends of a wrapper's stdio pipes: its stdin, its stdout and its stderr
+// (nil when its stderr is no pipe).
+type pipes struct{ stdin, stdout, stderr *os.File }
+
+// startWrapper starts argv in its own process group with the host's environment, its
+// stdin and stdout as pipes (the stdin pipe grown to hold grow bytes) and, withStderr, its
+// stderr too (else /dev/null). A wrapper that cannot be run is transports.ErrUnavailable.
+func startWrapper(argv []string, grow int, withStderr bool) (_ *exec.Cmd, ours pipes, err error) {
+	var theirs pipes
+	defer func() {
+		closeFiles(theirs) // the wrapper holds its ends now (or nobody does)
+		if err != nil {
+			closeFiles(ours)
 		}
+	}()
+	if theirs.stdin, ours.stdin, err = os.Pipe(); err != nil {
+		return nil, ours, err
+	}
+	growPipe(ours.stdin, grow)
+	if ours.stdout, theirs.stdout, err = os.Pipe(); err != nil {
+		return nil, ours, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin = inR
-	cmd.Stdout = outW
-	if errW != nil {
-		cmd.Stderr = errW
+	cmd.Stdin, cmd.Stdout = theirs.stdin, theirs.stdout
+	if withStderr {
+		if ours.stderr, theirs.stderr, err = os.Pipe(); err != nil {
+			return nil, ours, err
+		}
+		cmd.Stderr = theirs.stderr
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
-	// The wrapper holds its ends now (or nobody does).
-	inR.Close()
-	outW.Close()
-	if errW != nil {
-		errW.Close()
-	}
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		if errR != nil {
-			errR.Close()
-		}
+	if err := cmd.Start(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 			err = fmt.Errorf("%w: %w", transports.ErrUnavailable, err)
 		}
-		return nil, fmt.Errorf("run wrapper %q: %w", argv[0], err)
+		return nil, ours, fmt.Errorf("run wrapper %q: %w", argv[0], err)
 	}
-	return newKernel(cmd, inW, outR, errR, stderr, preamble, opts), nil
+	return cmd, ours, nil
+}
+
+// closeFiles closes p's files (a nil one's Close is a no-op error).
+func closeFiles(p pipes) {
+	for _, f := range []*os.File{p.stdin, p.stdout, p.stderr} {
+		f.Close()
+	}
+}
+
+// seeExit blocks until process pid has exited, without reaping it: until it is reaped,
+// its pid and the id of the group it leads cannot be reused.
+func seeExit(pid int) {
+	var si unix.Siginfo
+	for unix.Waitid(unix.P_PID, pid, &si, unix.WEXITED|unix.WNOWAIT, nil) == unix.EINTR {
+	}
 }
 
 // maxPipeGrow is the largest stdin pipe buffer growPipe asks for (Linux's default

@@ -79,9 +79,6 @@ func BwrapPrefix(t testing.TB, hostDir, sandboxDir string) []string {
 func Setsid(t testing.TB, base wrapped.Options) *Sandbox {
 	t.Helper()
 	base.ArgvPrefix = SetsidPrefix(t)
-	if base.Python == "" {
-		base.Python = SandboxPython(t)
-	}
 	dir := realTempDir(t)
 	return newSandbox(t, base, dir, dir)
 }
@@ -93,9 +90,6 @@ func Bwrap(t testing.TB, base wrapped.Options) *Sandbox {
 	t.Helper()
 	dir := realTempDir(t)
 	base.ArgvPrefix = BwrapPrefix(t, dir, SandboxDir)
-	if base.Python == "" {
-		base.Python = SandboxPython(t)
-	}
 	return newSandbox(t, base, dir, SandboxDir)
 }
 
@@ -139,14 +133,15 @@ func BwrapDetached(t testing.TB, base wrapped.Options, runDir string) *Sandbox {
 	dir := realTempDir(t)
 	base.ArgvPrefix = BwrapDetachedPrefix(t, dir, SandboxDir, runDir)
 	base.RunDir = RunRoot
-	if base.Python == "" {
-		base.Python = SandboxPython(t)
-	}
 	return newSandbox(t, base, dir, SandboxDir)
 }
 
+// newSandbox is the Sandbox of a transport with opts, Python defaulting to SandboxPython.
 func newSandbox(t testing.TB, opts wrapped.Options, hostDir, sandboxDir string) *Sandbox {
 	t.Helper()
+	if opts.Python == "" {
+		opts.Python = SandboxPython(t)
+	}
 	m, err := pathmap.New(pathmap.Config{
 		Dir:    hostDir,
 		Mounts: []pathmap.Mount{{Sandbox: sandboxDir, Host: hostDir}},
