@@ -342,7 +342,8 @@ func takeLock(ctx context.Context, t testing.TB, script string) (*os.File, error
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", LockFile, err)
 	}
-	deadline := time.Now().Add(LockWait)
+	wait, cancel := context.WithTimeoutCause(ctx, LockWait, fmt.Errorf("another test binary's cluster still up after %s", LockWait))
+	defer cancel()
 	logged := false
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
@@ -358,14 +359,10 @@ func takeLock(ctx context.Context, t testing.TB, script string) (*os.File, error
 			t.Logf("kubetest: waiting for the cluster of another test binary (%s holds %s)", bytes.TrimSpace(b), LockFile)
 			logged = true
 		}
-		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: another test binary's cluster still up after %s", LockFile, LockWait)
-		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", LockFile, ctx.Err())
+			return nil, fmt.Errorf("lock %s: %w", LockFile, context.Cause(wait))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
