@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/containerd/errdefs"
 )
@@ -22,19 +23,13 @@ func (id ID) String() string { return "j" + strconv.FormatUint(uint64(id), 10) }
 // a decimal number from 1, without sign or leading zeros. Anything else is an
 // ErrInvalidID error.
 func ParseID(s string) (ID, error) {
-	if len(s) < 2 || len(s) > 21 || s[0] != 'j' || s[1] == '0' {
-		return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
-	}
-	for _, c := range s[1:] {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
+	// ParseUint in base 10 takes digits only: no sign, no underscores.
+	if digits, ok := strings.CutPrefix(s, "j"); ok && len(s) <= 21 && digits != "" && digits[0] != '0' {
+		if n, err := strconv.ParseUint(digits, 10, 64); err == nil {
+			return ID(n), nil
 		}
 	}
-	n, err := strconv.ParseUint(s[1:], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
-	}
-	return ID(n), nil
+	return 0, fmt.Errorf("parse job id %q: %w", truncateForError(s), ErrInvalidID)
 }
 
 // truncateForError bounds an untrusted string quoted in an error.

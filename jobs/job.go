@@ -187,23 +187,22 @@ func (j *Job) SetPID(pid int) error {
 // Output appends the bytes the job wrote, exactly as read from its pipe, to its capture.
 // After the end it keeps nothing and returns an ErrEnded error (counted in Late).
 func (j *Job) Output(p []byte) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.end != nil {
-		j.late.Outputs++
-		j.late.Bytes += int64(len(p))
-		return fmt.Errorf("output of job %s: %w", j.id, ErrEnded)
-	}
-	if _, err := j.capture.Write(p); err != nil {
-		return fmt.Errorf("output of job %s: %w", j.id, err)
-	}
-	return nil
+	return j.output(int64(len(p)), func() error {
+		_, err := j.capture.Write(p)
+		return err
+	})
 }
 
 // Lost counts n bytes the job wrote that can no longer be read (output.Capture.Skip):
 // output an earlier controller consumed and whose file gave back its disk. After the end
 // it is ignored (ErrEnded, counted in Late as Output's bytes are).
 func (j *Job) Lost(n int64) error {
+	return j.output(n, func() error { return j.capture.Skip(n) })
+}
+
+// output applies write, n bytes of output, to the capture while the job runs; after the
+// end it counts them in Late instead.
+func (j *Job) output(n int64, write func() error) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.end != nil {
@@ -211,7 +210,7 @@ func (j *Job) Lost(n int64) error {
 		j.late.Bytes += n
 		return fmt.Errorf("output of job %s: %w", j.id, ErrEnded)
 	}
-	if err := j.capture.Skip(n); err != nil {
+	if err := write(); err != nil {
 		return fmt.Errorf("output of job %s: %w", j.id, err)
 	}
 	return nil

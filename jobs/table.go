@@ -98,29 +98,12 @@ func (t *Table) Clock() Clock { return t.clock }
 // an owner (ErrNoOwner), a negative pid (ErrInvalidPID) or an invalid truncation
 // (output.ErrInvalidLimits), changing nothing.
 func (t *Table) Start(spec Spec) (*Job, error) {
-	tr := output.Resolve(&t.opts.Truncation, spec.Truncation)
-	switch {
-	case spec.Owner == nil:
-		return nil, fmt.Errorf("start job: %w", ErrNoOwner)
-	case spec.PID < 0:
-		return nil, fmt.Errorf("start job: pid %d: %w", spec.PID, ErrInvalidPID)
-	}
-	if err := tr.Validate(); err != nil {
+	j, err := t.newJob(spec, t.clock.Now())
+	if err != nil {
 		return nil, fmt.Errorf("start job: %w", err)
 	}
-	capture := t.captures.New()
-	j := &Job{
-		command: TakeScalars(spec.Command, MaxCommand),
-		started: t.clock.Now(),
-		owner:   spec.Owner,
-		clock:   t.clock,
-		capture: capture,
-		done:    make(chan struct{}),
-		pid:     spec.PID,
-		trunc:   tr,
-	}
 	if len(spec.Written) > 0 {
-		_, _ = capture.Write(spec.Written)
+		_, _ = j.capture.Write(spec.Written)
 	}
 
 	t.mu.Lock()
@@ -138,26 +121,14 @@ func (t *Table) Start(spec Spec) (*Job, error) {
 // id of 0 or one the table holds or will give (ErrInvalidID: only ids at or below the
 // table's TableOptions.After may be adopted), and what Start refuses, changing nothing.
 func (t *Table) Adopt(id ID, started time.Time, spec Spec) (*Job, error) {
-	if spec.Owner == nil {
-		return nil, fmt.Errorf("adopt job %s: %w", id, ErrNoOwner)
-	}
-	tr := output.Resolve(&t.opts.Truncation, spec.Truncation)
-	if err := tr.Validate(); err != nil {
+	j, err := t.newJob(spec, started)
+	if err != nil {
 		return nil, fmt.Errorf("adopt job %s: %w", id, err)
 	}
-	j := &Job{
-		id:      id,
-		command: TakeScalars(spec.Command, MaxCommand),
-		started: started,
-		owner:   spec.Owner,
-		clock:   t.clock,
-		capture: t.captures.New(),
-		done:    make(chan struct{}),
-		trunc:   tr,
-	}
+	j.id = id
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i, held := slices.BinarySearchFunc(t.jobs, id, func(j *Job, id ID) int { return cmp.Compare(j.id, id) })
+	i, held := t.find(id)
 	if id == 0 || held || id > t.opts.After {
 		return nil, fmt.Errorf("adopt job %s: the table holds it or gives its id: %w", id, ErrInvalidID)
 	}
@@ -165,11 +136,42 @@ func (t *Table) Adopt(id ID, started time.Time, spec Spec) (*Job, error) {
 	return j, nil
 }
 
+// newJob makes the job of spec, started at started, with a capture of its own; it
+// refuses what Start refuses.
+func (t *Table) newJob(spec Spec, started time.Time) (*Job, error) {
+	tr := output.Resolve(&t.opts.Truncation, spec.Truncation)
+	switch {
+	case spec.Owner == nil:
+		return nil, ErrNoOwner
+	case spec.PID < 0:
+		return nil, fmt.Errorf("pid %d: %w", spec.PID, ErrInvalidPID)
+	}
+	if err := tr.Validate(); err != nil {
+		return nil, err
+	}
+	return &Job{
+		command: TakeScalars(spec.Command, MaxCommand),
+		started: started,
+		owner:   spec.Owner,
+		clock:   t.clock,
+		capture: t.captures.New(),
+		done:    make(chan struct{}),
+		pid:     spec.PID,
+		trunc:   tr,
+	}, nil
+}
+
+// find returns where job id is in t.jobs, or would be, and whether it is there. t.mu is
+// held.
+func (t *Table) find(id ID) (int, bool) {
+	return slices.BinarySearchFunc(t.jobs, id, func(j *Job, id ID) int { return cmp.Compare(j.id, id) })
+}
+
 // evictLocked drops the oldest ended jobs beyond Retain.
 func (t *Table) evictLocked() {
 	ended := 0
 	for _, j := range t.jobs {
-		if isEnded(j) {
+		if j.ended.Load() {
 			ended++
 		}
 	}
@@ -178,7 +180,7 @@ func (t *Table) evictLocked() {
 	}
 	drop := ended - t.opts.Retain
 	t.jobs = slices.DeleteFunc(t.jobs, func(j *Job) bool {
-		if drop > 0 && isEnded(j) {
+		if drop > 0 && j.ended.Load() {
 			drop--
 			return true
 		}
@@ -186,21 +188,11 @@ func (t *Table) evictLocked() {
 	})
 }
 
-func isEnded(j *Job) bool { return j.ended.Load() }
-
 // Job returns the job with id, live or among the ended jobs kept.
 func (t *Table) Job(id ID) (*Job, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(t.jobs, id, func(j *Job, id ID) int {
-		switch {
-		case j.id < id:
-			return -1
-		case j.id > id:
-			return 1
-		}
-		return 0
-	})
+	i, ok := t.find(id)
 	if !ok {
 		return nil, false
 	}
@@ -213,7 +205,7 @@ func (t *Table) Live() []*Job {
 	defer t.mu.Unlock()
 	var live []*Job
 	for _, j := range t.jobs {
-		if !isEnded(j) {
+		if !j.ended.Load() {
 			live = append(live, j)
 		}
 	}
