@@ -1,7 +1,6 @@
 package kubetest
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -73,9 +72,8 @@ func snapshot() (hostState, error) {
 			return s, fmt.Errorf("%s: %w", tool, err)
 		}
 		table := ""
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			l := sc.Text()
+		for l := range strings.Lines(string(out)) {
+			l = strings.TrimSuffix(l, "\n")
 			if strings.HasPrefix(l, "*") {
 				table = l[1:]
 			}

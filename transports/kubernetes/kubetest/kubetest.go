@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,9 +142,7 @@ func Main(m *testing.M) int {
 	if shared != nil {
 		if err := shared.down(context.Background()); err != nil {
 			fmt.Fprintf(os.Stderr, "kubetest: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
+			code = cmp.Or(code, 1)
 		}
 		shared = nil
 	}
