@@ -39,8 +39,6 @@ type Server struct {
 	Port int
 	// SSHDAddr is sshd's own address, bypassing the proxy (uncounted).
 	SSHDAddr string
-	// User is the user sshd logs in ("root").
-	User string
 	// Home is the user's home directory as sshd sees it (lean, temporary).
 	Home string
 	// KeyFile is the authorized user's private key (no passphrase); KeyFile+".pub" its
@@ -129,18 +127,17 @@ func (s *Server) netns(t testing.TB) (ns, addr string) {
 	tag := fmt.Sprintf("%x", b)
 	ns, peer := "ktssh"+tag, "ktb"+tag
 	s.veth = "kta" + tag
-	net := subnet
 	ipRun(t, "netns", "add", ns)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	ipRun(t, "link", "add", s.veth, "type", "veth", "peer", "name", peer)
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", s.veth).Run() })
 	ipRun(t, "link", "set", peer, "netns", ns)
-	ipRun(t, "addr", "add", net+".1/30", "dev", s.veth)
+	ipRun(t, "addr", "add", subnet+".1/30", "dev", s.veth)
 	ipRun(t, "link", "set", s.veth, "up")
-	ipRun(t, "-n", ns, "addr", "add", net+".2/30", "dev", peer)
+	ipRun(t, "-n", ns, "addr", "add", subnet+".2/30", "dev", peer)
 	ipRun(t, "-n", ns, "link", "set", peer, "up")
 	ipRun(t, "-n", ns, "link", "set", "lo", "up")
-	return ns, net + ".2"
+	return ns, subnet + ".2"
 }
 
 // addrInUse reports whether an address of the host's interfaces begins with prefix.
@@ -162,20 +159,15 @@ func StartWith(t testing.TB, opts Options) *Server {
 	}
 
 	dir, err := os.MkdirTemp("", "kennel-sshtest-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	must(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{Dir: dir, User: "root", Host: "127.0.0.1", Home: filepath.Join(dir, "home")}
+	must(t, os.Chmod(dir, 0o755))
+	s := &Server{Dir: dir, Host: "127.0.0.1", Home: filepath.Join(dir, "home")}
 	must(t, os.MkdirAll(s.Home, 0o755))
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatalf("sshtest: /run/sshd: %v", err)
 	}
-	profile := "echo '" + Banner + "'\n"
-	must(t, os.WriteFile(filepath.Join(s.Home, ".profile"), []byte(profile), 0o644))
+	must(t, os.WriteFile(filepath.Join(s.Home, ".profile"), []byte("echo '"+Banner+"'\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(s.Home, ".bashrc"), []byte("echo 'bashrc: "+Banner+"'\n"), 0o644))
 
 	s.KeyFile = filepath.Join(dir, "id_user")
@@ -208,7 +200,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 	s.Port = ln.Addr().(*net.TCPAddr).Port
 
 	var cmd *exec.Cmd
-	var logBuf *syncBuffer
+	sshdLog := filepath.Join(dir, "sshd.log")
 	listen, ns := "127.0.0.1", ""
 	if opts.Partitionable {
 		ns, listen = s.netns(t)
@@ -219,30 +211,33 @@ func StartWith(t testing.TB, opts Options) *Server {
 		s.SSHDAddr = listen + ":" + strconv.Itoa(port)
 		conf := filepath.Join(dir, "sshd_config")
 		must(t, os.WriteFile(conf, []byte(sshdConfig(listen, port, hostKey, authorized, filepath.Join(dir, "sshd.pid"), !opts.NoSFTP)), 0o600))
-		logBuf = &syncBuffer{}
 		argv := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 			`mount --bind "$1" /etc/passwd && exec /usr/sbin/sshd -D -e -f "$2"`, "sh", passwdFile, conf}
 		if ns != "" {
 			argv = append([]string{"ip", "netns", "exec", ns}, argv...)
 		}
 		cmd = exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout = logBuf
-		cmd.Stderr = logBuf
-		must(t, cmd.Start())
-		if waitSSH(s.SSHDAddr, cmd, 10*time.Second) {
+		log, err := os.Create(sshdLog)
+		must(t, err)
+		cmd.Stdout, cmd.Stderr = log, log
+		err = cmd.Start()
+		log.Close()
+		must(t, err)
+		if waitSSH(s.SSHDAddr, 10*time.Second) {
 			break
 		}
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if attempt == 2 {
-			t.Fatalf("sshtest: sshd did not start:\n%s", logBuf.String())
+			b, _ := os.ReadFile(sshdLog)
+			t.Fatalf("sshtest: sshd did not start:\n%s", b)
 		}
 	}
 	// unshare and sh exec: the process started is the listening sshd itself.
 	s.SSHDPID = cmd.Process.Pid
 	t.Cleanup(func() {
 		// sshd's children first: a connection a partition killed keeps its sshd session
-		// process (no ClientAliveInterval here), which holds sshd's log pipes.
+		// process (no ClientAliveInterval here), which would outlive the server.
 		if all, err := procfs.All(); err == nil {
 			for _, p := range all {
 				if p.PPID == cmd.Process.Pid {
@@ -251,10 +246,10 @@ func StartWith(t testing.TB, opts Options) *Server {
 			}
 		}
 		_ = cmd.Process.Kill()
-		cmd.WaitDelay = 5 * time.Second
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("sshd log:\n%s", logBuf.tail(16<<10))
+			b, _ := os.ReadFile(sshdLog)
+			t.Logf("sshd log:\n%s", b[max(len(b)-16<<10, 0):])
 		}
 	})
 	go s.proxy(ln)
@@ -319,7 +314,7 @@ func freePort() (int, error) {
 }
 
 // waitSSH waits until addr answers with an SSH banner.
-func waitSSH(addr string, cmd *exec.Cmd, d time.Duration) bool {
+func waitSSH(addr string, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -365,7 +360,7 @@ func (s *Server) proxy(ln net.Listener) {
 	}
 }
 
-// SSHArgs returns the system ssh client's arguments that reach the server as User
+// SSHArgs returns the system ssh client's arguments that reach the server as root
 // (through the proxy), before the destination: ssh SSHArgs()... Alias command.
 func (s *Server) SSHArgs() []string {
 	return []string{"-F", s.ConfigFile, "-o", "UserKnownHostsFile=" + s.KnownHosts,
@@ -423,30 +418,4 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatalf("sshtest: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-func (b *syncBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
 }
