@@ -107,25 +107,18 @@ func bounded(b []byte) string {
 
 // eventName returns the event's name without allocating for the protocol's events.
 func eventName(b []byte) string {
-	switch string(b) {
-	case protocol.EventStream:
-		return protocol.EventStream
-	case protocol.EventDisplay:
-		return protocol.EventDisplay
-	case protocol.EventDone:
-		return protocol.EventDone
-	case protocol.EventHello:
-		return protocol.EventHello
-	case protocol.EventJobStart:
-		return protocol.EventJobStart
-	case protocol.EventJobOutput:
-		return protocol.EventJobOutput
-	case protocol.EventJobEnd:
-		return protocol.EventJobEnd
-	case protocol.EventLog:
-		return protocol.EventLog
+	for _, e := range eventNames {
+		if string(b) == e {
+			return e
+		}
 	}
 	return string(b)
+}
+
+// eventNames are the protocol's events other than host_request, the most frequent first.
+var eventNames = [...]string{
+	protocol.EventStream, protocol.EventJobOutput, protocol.EventDisplay, protocol.EventDone,
+	protocol.EventHello, protocol.EventJobStart, protocol.EventJobEnd, protocol.EventLog,
 }
 
 // eventID returns id as a string, reusing one of the last few when equal: a cell's

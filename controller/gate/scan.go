@@ -292,30 +292,8 @@ func (s *scanState) closeQuote(p int) int {
 // scalar reports whether a number, true, false or null starts at b[p] and is followed
 // by whitespace, an operator or the end of b.
 func scalar(b []byte, p int) bool {
-	var e int
-	switch b[p] {
-	case 't':
-		if !lit(b, p, "true") {
-			return false
-		}
-		e = p + 4
-	case 'f':
-		if !lit(b, p, "false") {
-			return false
-		}
-		e = p + 5
-	case 'n':
-		if !lit(b, p, "null") {
-			return false
-		}
-		e = p + 4
-	default:
-		var ok bool
-		if e, ok = skipNumber(b, p); !ok {
-			return false
-		}
-	}
-	return e == len(b) || delim[b[e]]
+	e, ok := skipScalar(b, p)
+	return ok && (e == len(b) || delim[b[e]])
 }
 
 // delim marks the bytes that may end a scalar: whitespace and operators.

@@ -154,24 +154,9 @@ value: // at a value, whitespace skipped
 			goto after
 		}
 		goto value
-	case c == 't':
-		if !lit(b, i, "true") {
-			return vNotObject
-		}
-		i += 4
-	case c == 'f':
-		if !lit(b, i, "false") {
-			return vNotObject
-		}
-		i += 5
-	case c == 'n':
-		if !lit(b, i, "null") {
-			return vNotObject
-		}
-		i += 4
 	default:
 		var ok bool
-		if i, ok = skipNumber(b, i); !ok {
+		if i, ok = skipScalar(b, i); !ok {
 			return vNotObject
 		}
 	}
@@ -214,6 +199,19 @@ after: // after a value
 		goto after
 	}
 	return vNotObject
+}
+
+// skipScalar scans a number, true, false or null at b[i] and returns the index after it.
+func skipScalar(b []byte, i int) (int, bool) {
+	switch b[i] {
+	case 't':
+		return i + 4, lit(b, i, "true")
+	case 'f':
+		return i + 5, lit(b, i, "false")
+	case 'n':
+		return i + 4, lit(b, i, "null")
+	}
+	return skipNumber(b, i)
 }
 
 func lit(b []byte, i int, s string) bool {
