@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -100,7 +100,7 @@ func NewBundle(files []File) (*Bundle, error) {
 		}
 		out[i] = File{Path: f.Path, Data: append([]byte(nil), f.Data...)}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	seen := make(map[string]bool, len(out))
 	for _, f := range out {
 		seen[f.Path] = true
@@ -118,16 +118,10 @@ func NewBundle(files []File) (*Bundle, error) {
 	return &Bundle{files: out, hash: hashFiles(out)}, nil
 }
 
+// validPath reports whether p is a clean relative slash path (fs.ValidPath: no "", "."
+// or ".." element) other than ".", with no backslash or NUL byte.
 func validPath(p string) bool {
-	if p == "" || !fs.ValidPath(p) || p == "." || strings.Contains(p, "\\") {
-		return false
-	}
-	for _, part := range strings.Split(p, "/") {
-		if part == ".." || strings.ContainsRune(part, 0) {
-			return false
-		}
-	}
-	return true
+	return fs.ValidPath(p) && p != "." && !strings.ContainsAny(p, "\\\x00")
 }
 
 // hashFiles is sha256 over, for each file in path order, the 8-byte big-endian length

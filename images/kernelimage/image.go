@@ -185,7 +185,7 @@ func ImportBase(ctx context.Context, cli client.APIClient, tarball, ref string, 
 		return fmt.Errorf("import base %s: %w: %w", ref, ErrBuild, err)
 	}
 	defer rc.Close()
-	if _, err := readProgress(rc, log); err != nil {
+	if err := readProgress(rc, log); err != nil {
 		return fmt.Errorf("import base %s: %w", ref, err)
 	}
 	return nil
@@ -211,7 +211,7 @@ func buildKernel(ctx context.Context, cli client.APIClient, bundle *images.Bundl
 		return "", fmt.Errorf("build %s: %w: %w", o.Ref, ErrBuild, err)
 	}
 	defer resp.Body.Close()
-	if _, err := readProgress(resp.Body, o.Log); err != nil {
+	if err := readProgress(resp.Body, o.Log); err != nil {
 		return "", fmt.Errorf("build %s: %w", o.Ref, err)
 	}
 	st, err := Check(ctx, cli, o.Ref, bundle)
@@ -228,10 +228,7 @@ func BuildContext(bundle *images.Bundle) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	mtime := time.Unix(0, 0)
-	add := func(name string, data []byte) error {
-		return addFile(tw, name, data, mtime)
-	}
-	if err := add("Dockerfile", []byte(Dockerfile)); err != nil {
+	if err := addFile(tw, "Dockerfile", []byte(Dockerfile), mtime); err != nil {
 		return nil, err
 	}
 	dirs := map[string]bool{}
@@ -249,7 +246,7 @@ func BuildContext(bundle *images.Bundle) ([]byte, error) {
 		}
 	}
 	for _, f := range bundle.Files() {
-		if err := add(path.Join("stub", f.Path), f.Data); err != nil {
+		if err := addFile(tw, path.Join("stub", f.Path), f.Data, mtime); err != nil {
 			return nil, err
 		}
 	}
@@ -267,21 +264,11 @@ func addFile(tw *tar.Writer, name string, data []byte, mtime time.Time) error {
 	return err
 }
 
+// sortByDepth orders directories parents first: by (depth, name).
 func sortByDepth(ds []string) {
-	// Parents before children: order by (depth, name).
-	for i := 1; i < len(ds); i++ {
-		for j := i; j > 0 && less(ds[j], ds[j-1]); j-- {
-			ds[j], ds[j-1] = ds[j-1], ds[j]
-		}
-	}
-}
-
-func less(a, b string) bool {
-	da, db := strings.Count(a, "/"), strings.Count(b, "/")
-	if da != db {
-		return da < db
-	}
-	return a < b
+	slices.SortFunc(ds, func(a, b string) int {
+		return cmp.Or(cmp.Compare(strings.Count(a, "/"), strings.Count(b, "/")), strings.Compare(a, b))
+	})
 }
 
 // progress is one message of the engine's JSON progress stream.
@@ -297,16 +284,15 @@ type progress struct {
 
 // readProgress copies the engine's progress stream to log and returns the first error
 // message in it as an ErrBuild.
-func readProgress(r io.Reader, log io.Writer) (string, error) {
+func readProgress(r io.Reader, log io.Writer) error {
 	dec := json.NewDecoder(r)
-	var last string
 	for {
 		var m progress
 		if err := dec.Decode(&m); err != nil {
 			if errors.Is(err, io.EOF) {
-				return last, nil
+				return nil
 			}
-			return last, fmt.Errorf("progress stream: %w: %w", ErrBuild, err)
+			return fmt.Errorf("progress stream: %w: %w", ErrBuild, err)
 		}
 		switch {
 		case m.Error != "" || m.ErrorDetail != nil:
@@ -314,21 +300,16 @@ func readProgress(r io.Reader, log io.Writer) (string, error) {
 			if msg == "" {
 				msg = m.ErrorDetail.Message
 			}
-			return last, fmt.Errorf("%w: %s", ErrBuild, msg)
+			return fmt.Errorf("%w: %s", ErrBuild, msg)
 		case m.Stream != "":
 			io.WriteString(log, m.Stream)
-			last = m.Stream
 		case m.Status != "":
 			fmt.Fprintln(log, m.Status)
-			last = m.Status
 		}
 	}
 }
 
 func shortID(id string) string {
 	id = strings.TrimPrefix(id, "sha256:")
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
+	return id[:min(len(id), 12)]
 }

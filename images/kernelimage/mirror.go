@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -149,15 +148,10 @@ func AptMirror(root, suite string) (string, error) {
 	files := []string{filepath.Join(root, "etc/apt/sources.list")}
 	d := filepath.Join(root, "etc/apt/sources.list.d")
 	if ents, err := os.ReadDir(d); err == nil {
-		var names []string
-		for _, e := range ents {
+		for _, e := range ents { // in name order
 			if n := e.Name(); strings.HasSuffix(n, ".list") || strings.HasSuffix(n, ".sources") {
-				names = append(names, n)
+				files = append(files, filepath.Join(d, n))
 			}
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			files = append(files, filepath.Join(d, n))
 		}
 	}
 	var all []Source
