@@ -79,11 +79,8 @@ func (d *dialer) authMethods(t Target) ([]xssh.AuthMethod, *authFailure, func())
 var dummyKey, _ = xssh.NewPublicKey(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)))
 
 func (d *dialer) knownHostsFile() string {
-	if d.opts.KnownHosts != "" {
-		return d.opts.KnownHosts
-	}
 	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".ssh", "known_hosts")
+	return cmp.Or(d.opts.KnownHosts, filepath.Join(home, ".ssh", "known_hosts"))
 }
 
 // hostKeys returns the host key callback (accept-new unless StrictHostKeys) and the
@@ -133,11 +130,11 @@ func (d *dialer) hostKeys(addr string) (xssh.HostKeyCallback, []string, error) {
 		d.khMu.Lock()
 		defer d.khMu.Unlock()
 		f, ferr := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-		if ferr != nil {
-			return fmt.Errorf("add host key of %s to %s: %w", addr, file, ferr)
+		if ferr == nil {
+			defer f.Close()
+			_, ferr = f.WriteString(knownhosts.Line([]string{knownhosts.Normalize(addr)}, key) + "\n")
 		}
-		defer f.Close()
-		if _, ferr := f.WriteString(knownhosts.Line([]string{knownhosts.Normalize(addr)}, key) + "\n"); ferr != nil {
+		if ferr != nil {
 			return fmt.Errorf("add host key of %s to %s: %w", addr, file, ferr)
 		}
 		return nil

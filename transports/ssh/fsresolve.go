@@ -66,13 +66,8 @@ func (f *FS) resolve(ctx context.Context, cwd, unsafePath string, entry bool) (r
 	}
 	var name string // the entry's own name
 	if entry {
-		t := strings.TrimRight(p, "/")
-		i := strings.LastIndexByte(t, '/')
-		if name = t[i+1:]; name == "" || name == "." || name == ".." {
+		if p, name = splitLast(p); name == "" || name == "." || name == ".." {
 			return resolved{}, fsroot.NewError("map", display, fsroot.ErrInvalid, errors.New("path names no directory entry"))
-		}
-		if p = t[:i]; p == "" {
-			p = "/"
 		}
 	}
 	r, err := f.locate("map", display, p)
@@ -195,9 +190,7 @@ func splitLast(p string) (parent, name string) {
 	if i < 0 {
 		return "/", ""
 	}
-	parent, name = t[:i], t[i+1:]
-	parent = cmp.Or(parent, "/")
-	return parent, name
+	return cmp.Or(t[:i], "/"), t[i+1:]
 }
 
 // join appends a name to an absolute directory path.

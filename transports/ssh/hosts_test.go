@@ -82,3 +82,6 @@ func TestTheProbeCacheIsBounded(t *testing.T) {
 		t.Errorf("after an expired answer was looked up: %d cached, want %d", n, MaxCachedProbes-1)
 	}
 }
+
+// len is the number of answers held, fresh or not.
+func (c *probeCache) len() int { return c.order.Len() }

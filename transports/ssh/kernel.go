@@ -57,7 +57,7 @@ type Kernel struct {
 	streamErr error
 }
 
-func startKernel(ctx context.Context, hc *hostConn, cfg kernelConfig) (*Kernel, error) {
+func startKernel(ctx context.Context, hc *hostConn, cfg kernelConfig) (transports.Kernel, error) {
 	sess, err := hc.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open session on %s: %w: %w", cfg.target, err, ErrUnreachable)

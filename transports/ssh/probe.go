@@ -127,9 +127,6 @@ func (c *probeCache) markStaged(key string) {
 	}
 }
 
-// len is the number of answers held, fresh or not.
-func (c *probeCache) len() int { return c.order.Len() }
-
 // probeKey is the cache key of a probe of t for bundle.
 func probeKey(t Target, bundle string) string { return t.Key() + " " + bundle }
 
@@ -316,14 +313,9 @@ func shellWord(s string) string {
 
 // pythonAtLeast reports whether version "X.Y.Z" is at least min.
 func pythonAtLeast(version string, min [2]int) bool {
-	parts := strings.Split(version, ".")
-	if len(parts) < 2 {
-		return false
-	}
-	maj, err1 := strconv.Atoi(parts[0])
-	mnr, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return maj > min[0] || (maj == min[0] && mnr >= min[1])
+	maj, rest, _ := strings.Cut(version, ".")
+	mnr, _, _ := strings.Cut(rest, ".")
+	x, err1 := strconv.Atoi(maj)
+	y, err2 := strconv.Atoi(mnr)
+	return err1 == nil && err2 == nil && (x > min[0] || x == min[0] && y >= min[1])
 }

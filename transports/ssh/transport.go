@@ -107,42 +107,46 @@ func (t *Transport) Capabilities() transports.Capabilities {
 // (kernelstart.Env). A host that is not ready fails with ErrNeedsAuth, ErrUnreachable or
 // ErrUnsupported (all transports.ErrUnavailable); a Spec refused before anything ran is a
 // *transports.FieldError (errdefs.ErrInvalidArgument).
-func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports.Kernel, error) {
+func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transports.Kernel, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		}
+	}()
 	if err := context.Cause(ctx); err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	if err := transports.CheckSpec(spec); err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	b, err := images.Stub()
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	_, p, err := t.hosts.stage(ctx, t.opts.Target, b)
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	target, err := t.hosts.Resolve(t.opts.Target)
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	hc, err := t.hosts.connFor(ctx, target)
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	python := cmp.Or(spec.Python, p.PythonPath)
 	runID := runID(spec.SessionID)
-	base := path.Join(p.Home, ".kennel-remote")
 	if t.opts.Detached {
-		// sshd connects to the socket by its whole path: keep it within sun_path.
-		runID = runID[len(runID)-16:]
-		if sock := path.Join(base, "run", runID, "kernel.sock"); len(sock) >= maxSunPath {
-			return nil, fmt.Errorf("start ssh kernel %q: the detached kernel's socket %s is over the %d-byte socket path limit (the remote home %s is too deep): %w", spec.SessionID, sock, maxSunPath-1, p.Home, ErrUnsupported)
-		}
+		runID = runID[len(runID)-16:] // sshd connects to the socket by its whole path
 	}
-	env := kernelstart.Env{Stub: images.KernelEnv(b), EOFGrace: t.opts.EOFGrace, Run: runID}
+	base := path.Join(p.Home, ".kennel-remote")
 	runDir := path.Join(base, "run", runID)
+	env := kernelstart.Env{Stub: images.KernelEnv(b), EOFGrace: t.opts.EOFGrace, Run: runID}
 	if t.opts.Detached {
+		if sock := path.Join(runDir, "kernel.sock"); len(sock) >= maxSunPath {
+			return nil, fmt.Errorf("the detached kernel's socket %s is over the %d-byte socket path limit (the remote home %s is too deep): %w", sock, maxSunPath-1, p.Home, ErrUnsupported)
+		}
 		env.Detached = runDir
 	}
 	block, err := kernelstart.Block{
@@ -153,32 +157,24 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 		Env:  env.Build(spec.Env),
 	}.Encode()
 	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
+		return nil, err
 	}
 	preamble := append([]byte(python+"\n"+runID+"\n"), block...)
 	if t.opts.Detached {
-		k, err := t.startDetached(ctx, hc, target, p.PythonPath, runID, runDir, preamble)
-		if err != nil {
-			return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
-		}
-		return k, nil
+		return t.startDetached(ctx, hc, target, p.PythonPath, runID, runDir, preamble)
 	}
-	k, err := startKernel(ctx, hc, kernelConfig{
+	return startKernel(ctx, hc, kernelConfig{
 		hosts:      t.hosts,
 		target:     target,
 		python:     p.PythonPath,
 		runID:      runID,
 		runDir:     runDir,
-		id:         target.String() + ":" + path.Join(base, "run", runID),
+		id:         target.String() + ":" + runDir,
 		preamble:   preamble,
 		stderr:     spec.Stderr,
 		stdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		termGrace:  transports.ResolveGrace(t.opts.TermGrace),
 	})
-	if err != nil {
-		return nil, fmt.Errorf("start ssh kernel %q: %w", spec.SessionID, err)
-	}
-	return k, nil
 }
 
 // maxSunPath is the size of sun_path on Linux, its NUL included.
