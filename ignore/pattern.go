@@ -41,13 +41,7 @@ const MaxFileSize = 100<<20 - 1
 func parseIgnoreFile(data []byte) []pattern {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	var ps []pattern
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}

@@ -330,15 +330,7 @@ func comps(p string) []string {
 
 // hasPrefix reports whether prefix is a leading run of c, component by component.
 func hasPrefix(c, prefix []string) bool {
-	if len(prefix) > len(c) {
-		return false
-	}
-	for i := range prefix {
-		if c[i] != prefix[i] {
-			return false
-		}
-	}
-	return true
+	return len(prefix) <= len(c) && slices.Equal(c[:len(prefix)], prefix)
 }
 
 // joinComps appends components to an absolute base path.

@@ -490,24 +490,7 @@ func (w *walker) target() Target {
 
 // split splits a path into its components, dropping empty ones; "." and ".." are kept.
 func split(p string) []string {
-	if p == "" {
-		return nil
-	}
-	n := strings.Count(p, "/") + 1
-	out := make([]string, 0, n)
-	for len(p) > 0 {
-		i := strings.IndexByte(p, '/')
-		var c string
-		if i < 0 {
-			c, p = p, ""
-		} else {
-			c, p = p[:i], p[i+1:]
-		}
-		if c != "" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(strings.Split(p, "/"), func(c string) bool { return c == "" })
 }
 
 // hasDotDot reports whether a path has a ".." component.
