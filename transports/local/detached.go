@@ -35,16 +35,13 @@ const DefaultKernelGrace = time.Hour
 const launchTimeout = 30 * time.Second
 
 // detached is a local kernel started detached: its own session, reached over kernel.sock
-// in its run directory through a link. It is this process's child when this process
-// started it (child), and otherwise a kernel an earlier controller started (Reattach),
-// whose end a pidfd tells.
+// in its run directory through a link (its streams, end, record and Detach are
+// linked.Detached's). It is this process's child when this process started it (child),
+// and otherwise a kernel an earlier controller started (Reattach), whose end a pidfd
+// tells.
 type detached struct {
-	*linked.Streams
-	client *link.Client
-	rec    transports.Record
-	info   transports.Info
-	watch  *transports.Watch
-	child  bool
+	*linked.Detached
+	child bool
 
 	exited <-chan struct{} // closed once the kernel has ended (and, a child, been reaped)
 
@@ -181,20 +178,17 @@ func (t *Transport) attach(ctx context.Context, a attachment) (*detached, error)
 	rec := a.rec
 	rec.PGID, rec.Leader, rec.Grace = h.PGID, h.Leader, t.kernelGrace()
 	k = &detached{
-		client: client,
-		rec:    rec,
-		info:   transports.Info{Transport: Name, PID: h.PID, HostPIDs: true, ID: id},
-		child:  a.child,
-		jobs:   map[string]jobGroup{},
-		exited: a.exited,
+		Detached: linked.NewDetached(client, transports.Info{Transport: Name, PID: h.PID, HostPIDs: true, ID: id}, rec),
+		child:    a.child,
+		jobs:     map[string]jobGroup{},
+		exited:   a.exited,
 	}
 	for _, j := range h.Jobs { // the live jobs an earlier controller saw start; k is not shared yet
 		k.track(j.ID, j.PID, j.PGID)
 	}
-	k.Streams = linked.New(client)
 	stdinGrace, termGrace := transports.ResolveGrace(t.opts.StdinGrace), transports.ResolveGrace(t.opts.TermGrace)
 	pid, runDir := h.PID, rec.RunDir
-	k.watch = transports.NewWatch(transports.WatchSpec{
+	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("detached local kernel %d", pid),
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: stdinGrace},
@@ -336,7 +330,7 @@ func (k *detached) observe(line []byte) {
 // track keeps job id's group once verified: pid leads group pgid and is the kernel's
 // child. k.mu is held, or k is not shared yet.
 func (k *detached) track(id string, pid, pgid int) {
-	if verifyGroup(pid, pgid, k.info.PID) != nil {
+	if verifyGroup(pid, pgid, k.Info().PID) != nil {
 		return
 	}
 	if st, err := procfs.Read(pid); err == nil {
@@ -438,33 +432,9 @@ func (k *detached) killJobs() {
 	}
 }
 
-// Info reports the kernel's pid (the stub, leader of its own session and group) and its
-// id (the run directory's name).
-func (k *detached) Info() transports.Info { return k.info }
-
-// Kill ends the kernel: shutdown through the link, grace, SIGTERM to its group, grace,
-// SIGKILL to its group and its jobs' groups; confirmed by its reaping.
-func (k *detached) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
-
-// Wait blocks until the kernel has exited and been reaped.
-func (k *detached) Wait() (transports.Exit, error) { return k.watch.Wait() }
-
-// Detach closes the link; the kernel runs on, alone, for its grace.
-func (k *detached) Detach() error { return k.client.Close() }
-
-// Record is what reattaching to the kernel takes, with the frames applied so far.
-func (k *detached) Record() transports.Record {
-	rec := k.rec
-	rec.Applied = k.client.Applied()
-	return rec
-}
-
-// Link is the kernel's link (for tests and reattach counts).
-func (k *detached) Link() *link.Client { return k.client }
-
 // VerifyGroup checks a job's group against /proc: it leads its group and is the kernel's
 // child.
-func (k *detached) VerifyGroup(pid, pgid int) error { return verifyGroup(pid, pgid, k.info.PID) }
+func (k *detached) VerifyGroup(pid, pgid int) error { return verifyGroup(pid, pgid, k.Info().PID) }
 
 // GroupAlive reports whether group pgid has a live member (false once the kernel ended).
 func (k *detached) GroupAlive(pgid int) (bool, error) {
@@ -476,7 +446,7 @@ func (k *detached) GroupAlive(pgid int) (bool, error) {
 
 // KillGroup SIGKILLs group pgid, unless the kernel has ended.
 func (k *detached) KillGroup(pgid int) error {
-	return killGroup(pgid, k.watch, fmt.Sprintf("detached kernel %d", k.info.PID))
+	return killGroup(pgid, k.Watch, fmt.Sprintf("detached kernel %d", k.Info().PID))
 }
 
 func exitOf(ps *os.ProcessState) transports.Exit {
