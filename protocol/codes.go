@@ -50,15 +50,6 @@ const (
 	CodeInternal Code = "internal"
 )
 
-// Codes lists every Code of protocol version 1, in the order above.
-func Codes() []Code {
-	return []Code{
-		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
-		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
-		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeUnavailable, CodeInternal,
-	}
-}
-
 // Valid reports whether c is one of the codes of protocol version 1.
 func (c Code) Valid() bool {
 	switch c {

@@ -2,6 +2,15 @@ package protocol
 
 import "testing"
 
+// Codes lists every Code of protocol version 1, in the order above.
+func Codes() []Code {
+	return []Code{
+		CodeTooLarge, CodeUnserved, CodeNoType, CodeDuplicate, CodeInvalid, CodeOutside,
+		CodeReadOnly, CodeNotFound, CodeBinary, CodeNoMatch, CodeAmbiguous, CodeLoop,
+		CodeExists, CodeCrossDevice, CodeChanged, CodeDenied, CodeNoSpace, CodeUnavailable, CodeInternal,
+	}
+}
+
 func TestCodesAreTheValidCodes(t *testing.T) {
 	seen := map[Code]bool{}
 	for _, c := range Codes() {

@@ -264,7 +264,7 @@ func DecodeDone(line []byte) (Done, error) { return decodeAs(EventDone, line, de
 
 func decodeDone(m fields) (Done, error) {
 	r := &frameReader{m: m, frame: EventDone}
-	d := Done{ID: r.str("id"), Status: r.oneOf("status", DoneOK, DoneError, DoneInterrupted), Result: r.optStr("result")}
+	d := Done{ID: r.str("id"), Status: r.oneOf("status", DoneOK, DoneError, DoneInterrupted), Result: opt(r, "result", r.str)}
 	if raw, ok := r.raw("error"); ok && string(raw) != "null" {
 		r.check(raw[0] != '{', "error", "want an object or null, got %s", jsonKind(raw))
 		if r.err == nil {
@@ -352,7 +352,7 @@ func DecodeJobEnd(line []byte) (JobEnd, error) { return decodeAs(EventJobEnd, li
 
 func decodeJobEnd(m fields) (JobEnd, error) {
 	r := &frameReader{m: m, frame: EventJobEnd}
-	j := JobEnd{ID: r.str("id"), ExitCode: r.optInt("exit_code"), Signal: r.optInt("signal")}
+	j := JobEnd{ID: r.str("id"), ExitCode: opt(r, "exit_code", r.integer), Signal: opt(r, "signal", r.integer)}
 	r.check(j.ExitCode != nil && j.Signal != nil, "signal", "set together with exit_code")
 	if j.Signal != nil {
 		r.check(*j.Signal <= 0 || *j.Signal > 64, "signal", "%d out of range 1..64", *j.Signal)

@@ -151,13 +151,13 @@ func (r *frameReader) oneOf(key string, allowed ...string) string {
 	return s
 }
 
-// optStr reads a string field that may be null (nil).
-func (r *frameReader) optStr(key string) *string {
+// opt reads a field that may be null (nil) with read (r.str, r.integer).
+func opt[T any](r *frameReader, key string, read func(string) T) *T {
 	if r.null(key) || r.err != nil {
 		return nil
 	}
-	s := r.str(key)
-	return &s
+	v := read(key)
+	return &v
 }
 
 // integer reads a required integer field.
@@ -173,15 +173,6 @@ func (r *frameReader) integer(key string) (n int) {
 		}
 	}
 	return n
-}
-
-// optInt reads an integer field that may be null (nil).
-func (r *frameReader) optInt(key string) *int {
-	if r.null(key) || r.err != nil {
-		return nil
-	}
-	n := r.integer(key)
-	return &n
 }
 
 // object reads a required field that must be a JSON object, as raw bytes.
