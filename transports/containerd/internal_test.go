@@ -44,12 +44,12 @@ func TestClassifyNotImplemented(t *testing.T) {
 func TestOwnerLabelsRoundTrip(t *testing.T) {
 	c := docker.Controller{Host: "h", Boot: "b", PID: 42, Start: 7}
 	l := ownerLabels(c, "s")
-	got, ok := ownerOf(l)
+	got, ok := docker.ControllerOf(l, docker.LabelController)
 	if !ok || got != c || l[LabelSession] != "s" {
-		t.Fatalf("ownerOf(ownerLabels(%+v)) = %+v, %v", c, got, ok)
+		t.Fatalf("ControllerOf(ownerLabels(%+v)) = %+v, %v", c, got, ok)
 	}
 	delete(l, docker.LabelStart)
-	if _, ok := ownerOf(l); ok {
+	if _, ok := docker.ControllerOf(l, docker.LabelController); ok {
 		t.Error("a partial identity read as an owner")
 	}
 }

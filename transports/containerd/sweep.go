@@ -130,7 +130,7 @@ func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult
 		errs = append(errs, fmt.Errorf("list leases: %w", err))
 	}
 	for _, l := range list {
-		if owner, ok := ownerOf(l.Labels); !ok || owner == o.Self {
+		if owner, ok := docker.ControllerOf(l.Labels, docker.LabelController); !ok || owner == o.Self {
 			continue // Self's leases are its starts under way; they expire by themselves
 		}
 		if !sweepable(l.Labels, o) {
@@ -180,7 +180,7 @@ func taskState(ctx context.Context, c client.Container) int {
 
 // sweepable is Sweep's verdict on one object's labels.
 func sweepable(labels map[string]string, o SweepOptions) bool {
-	owner, ok := ownerOf(labels)
+	owner, ok := docker.ControllerOf(labels, docker.LabelController)
 	if !ok {
 		return false
 	}

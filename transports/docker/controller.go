@@ -21,10 +21,10 @@ const (
 	// LabelHost, LabelBoot, LabelPID and LabelStart describe the owning controller
 	// process: the host's name, its boot id, the pid and the pid's start time in clock
 	// ticks since boot (/proc/PID/stat field 22), which tells a reused pid apart.
-	LabelHost  = "dev.kennel.controller.host"
-	LabelBoot  = "dev.kennel.controller.boot"
-	LabelPID   = "dev.kennel.controller.pid"
-	LabelStart = "dev.kennel.controller.start"
+	LabelHost  = LabelController + ".host"
+	LabelBoot  = LabelController + ".boot"
+	LabelPID   = LabelController + ".pid"
+	LabelStart = LabelController + ".start"
 )
 
 // Controller identifies a controller process: the owner of the containers it starts.
@@ -47,26 +47,26 @@ func (c Controller) ID() string {
 // IsZero reports whether c is the zero value.
 func (c Controller) IsZero() bool { return c == Controller{} }
 
-func (c Controller) labels() map[string]string {
+// Meta is c as labels (or annotations) under key: key holds ID, and key+".host",
+// key+".boot", key+".pid" and key+".start" its parts (under LabelController: LabelHost,
+// LabelBoot, LabelPID and LabelStart).
+func (c Controller) Meta(key string) map[string]string {
 	return map[string]string{
-		LabelController: c.ID(),
-		LabelHost:       c.Host,
-		LabelBoot:       c.Boot,
-		LabelPID:        strconv.Itoa(c.PID),
-		LabelStart:      strconv.FormatUint(c.Start, 10),
+		key:            c.ID(),
+		key + ".host":  c.Host,
+		key + ".boot":  c.Boot,
+		key + ".pid":   strconv.Itoa(c.PID),
+		key + ".start": strconv.FormatUint(c.Start, 10),
 	}
 }
 
-// controllerFromLabels reads a container's owner back; ok is false when the labels are
-// not a whole identity.
-func controllerFromLabels(l map[string]string) (Controller, bool) {
-	pid, err1 := strconv.Atoi(l[LabelPID])
-	start, err2 := strconv.ParseUint(l[LabelStart], 10, 64)
-	c := Controller{Host: l[LabelHost], Boot: l[LabelBoot], PID: pid, Start: start}
-	if err1 != nil || err2 != nil || c.Host == "" || c.Boot == "" || pid <= 0 || c.ID() != l[LabelController] {
-		return c, false
-	}
-	return c, true
+// ControllerOf reads a controller back from m as Meta wrote it under key; ok is false
+// when m holds no whole identity that agrees with its ID.
+func ControllerOf(m map[string]string, key string) (Controller, bool) {
+	pid, err1 := strconv.Atoi(m[key+".pid"])
+	start, err2 := strconv.ParseUint(m[key+".start"], 10, 64)
+	c := Controller{Host: m[key+".host"], Boot: m[key+".boot"], PID: pid, Start: start}
+	return c, err1 == nil && err2 == nil && c.Host != "" && c.Boot != "" && pid > 0 && c.ID() == m[key]
 }
 
 // errNoProc reports a process that does not exist (or whose stat cannot be read).

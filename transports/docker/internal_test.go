@@ -51,13 +51,13 @@ func TestControllerLabelsRoundTrip(t *testing.T) {
 			PID:   rapid.IntRange(1, 1<<22).Draw(t, "pid"),
 			Start: rapid.Uint64().Draw(t, "start"),
 		}
-		got, ok := controllerFromLabels(c.labels())
+		got, ok := ControllerOf(c.Meta(LabelController), LabelController)
 		if !ok || got != c {
 			t.Fatalf("round trip of %+v: %+v, %v", c, got, ok)
 		}
-		l := c.labels()
+		l := c.Meta(LabelController)
 		l[LabelPID] = fmt.Sprint(c.PID + 1)
-		if _, ok := controllerFromLabels(l); ok {
+		if _, ok := ControllerOf(l, LabelController); ok {
 			t.Fatalf("a pid label that disagrees with the id was accepted")
 		}
 	})
@@ -83,7 +83,7 @@ func TestSweepable(t *testing.T) {
 	other := dead
 	other.Host = self.Host + "-elsewhere"
 	lbl := func(c Controller, session string) map[string]string {
-		l := c.labels()
+		l := c.Meta(LabelController)
 		l[LabelKennel], l[LabelSession] = "1", session
 		return l
 	}

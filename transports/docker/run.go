@@ -20,7 +20,7 @@ import (
 // createOptions is the container a run-mode kernel gets: the whole lock-down lives here.
 func (t *Transport) createOptions(image string, b *images.Bundle, spec transports.Spec) client.ContainerCreateOptions {
 	o := t.opts
-	labels := o.Controller.labels()
+	labels := o.Controller.Meta(LabelController)
 	labels[LabelKennel] = "1"
 	labels[LabelSession] = spec.SessionID
 	cfg := &container.Config{

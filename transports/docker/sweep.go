@@ -88,7 +88,7 @@ func sweepable(id string, labels map[string]string, o SweepOptions) bool {
 		}
 		return o.Owner != "" && o.Held != nil && labels[LabelDetachedOwner] == o.Owner && !o.Held(id)
 	}
-	owner, ok := controllerFromLabels(labels)
+	owner, ok := ControllerOf(labels, LabelController)
 	if !ok {
 		return false
 	}

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -40,10 +39,10 @@ const (
 	// AnnotationHost, AnnotationBoot, AnnotationPID and AnnotationStart its parts, as the
 	// Docker transport's labels do.
 	AnnotationController = "kennel.dev/controller"
-	AnnotationHost       = "kennel.dev/controller.host"
-	AnnotationBoot       = "kennel.dev/controller.boot"
-	AnnotationPID        = "kennel.dev/controller.pid"
-	AnnotationStart      = "kennel.dev/controller.start"
+	AnnotationHost       = AnnotationController + ".host"
+	AnnotationBoot       = AnnotationController + ".boot"
+	AnnotationPID        = AnnotationController + ".pid"
+	AnnotationStart      = AnnotationController + ".start"
 )
 
 // labelValue is s when it is a valid label value, else "h" and 40 hex digits of its hash.
@@ -66,13 +65,7 @@ func controllerLabel(c docker.Controller) string { return hashOf(c.ID()) }
 // (no session ones when session is "") and pod (none when "").
 func ownerMeta(c docker.Controller, session, pod string) (labels, annotations map[string]string) {
 	labels = map[string]string{LabelKennel: "1", LabelController: controllerLabel(c)}
-	annotations = map[string]string{
-		AnnotationController: c.ID(),
-		AnnotationHost:       c.Host,
-		AnnotationBoot:       c.Boot,
-		AnnotationPID:        strconv.Itoa(c.PID),
-		AnnotationStart:      strconv.FormatUint(c.Start, 10),
-	}
+	annotations = c.Meta(AnnotationController)
 	if session != "" {
 		labels[LabelSession] = labelValue(session)
 		annotations[AnnotationSession] = session
@@ -86,12 +79,6 @@ func ownerMeta(c docker.Controller, session, pod string) (labels, annotations ma
 // ownerOf reads an object's owner back from its annotations; ok is false when they are
 // not a whole identity, or its label is not that identity's.
 func ownerOf(labels, annotations map[string]string) (docker.Controller, bool) {
-	pid, err1 := strconv.Atoi(annotations[AnnotationPID])
-	start, err2 := strconv.ParseUint(annotations[AnnotationStart], 10, 64)
-	c := docker.Controller{Host: annotations[AnnotationHost], Boot: annotations[AnnotationBoot], PID: pid, Start: start}
-	if err1 != nil || err2 != nil || c.Host == "" || c.Boot == "" || pid <= 0 ||
-		c.ID() != annotations[AnnotationController] || labels[LabelController] != controllerLabel(c) {
-		return c, false
-	}
-	return c, true
+	c, ok := docker.ControllerOf(annotations, AnnotationController)
+	return c, ok && labels[LabelController] == controllerLabel(c)
 }
