@@ -76,10 +76,7 @@ func Wait(ctx context.Context, j *Job, deadline time.Time) Outcome {
 	if o, ok := j.settled(deadline); ok {
 		return o
 	}
-	if ctx.Err() != nil {
-		return j.detached(context.Cause(ctx))
-	}
-	return j.detached(nil)
+	return j.detached(context.Cause(ctx)) // nil while ctx goes on
 }
 
 // settled returns Settled when the job's end was recorded before deadline. The output
