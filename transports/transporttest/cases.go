@@ -467,16 +467,14 @@ func testStartFailures(t *testing.T, s *suite) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if k, err := tr.Start(ctx, s.spec(t)); err == nil {
-		_ = k.Kill(context.Background())
-		_, _ = k.Wait()
+		stop(t, k, s.cfg.timeout)
 		t.Errorf("Start with a cancelled context succeeded")
 	}
 	if tr.Capabilities().SameFS {
 		sp := s.spec(t)
 		sp.Dir = filepath.Join(sp.Dir, "missing")
 		if k, err := tr.Start(context.Background(), sp); err == nil {
-			_ = k.Kill(context.Background())
-			_, _ = k.Wait()
+			stop(t, k, s.cfg.timeout)
 			t.Errorf("Start in a missing directory succeeded")
 		}
 	}
@@ -559,8 +557,7 @@ func testSpecRefused(t *testing.T, s *suite) {
 		c.edit(&sp)
 		k, err := tr.Start(context.Background(), sp)
 		if err == nil {
-			_ = k.Kill(context.Background())
-			_, _ = k.Wait()
+			stop(t, k, s.cfg.timeout)
 			t.Errorf("%s: Start succeeded", c.name)
 			continue
 		}
