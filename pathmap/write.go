@@ -67,7 +67,11 @@ func (t Target) WriteFile(data []byte) (created bool, err error) {
 		return false, newErr(op, t.Sandbox(), ErrInvalid, detail("not a regular file"))
 	}
 	own := fileOwner{keepUID: uid, keepGID: gid, set: t.owner()}
-	if err := writeNew(dfd, name, data, perm, own, !created); err != nil {
+	err = replaceWith(dfd, name, perm, own, !created, false, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+	if err != nil {
 		return false, fromErrno(op, t.Sandbox(), err)
 	}
 	ok = true
@@ -80,15 +84,6 @@ func (t Target) owner() *Owner {
 		return nil
 	}
 	return t.m.owner
-}
-
-// writeNew writes data to a fresh temporary file in the directory dfd and renames it to
-// name. The file goes to own; with keep, it gets exactly perm.
-func writeNew(dfd int, name string, data []byte, perm uint32, own fileOwner, keep bool) error {
-	return replaceWith(dfd, name, perm, own, keep, false, func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
 }
 
 // replaceWith creates a temporary file in dfd, fills it with fill, gives it to own,
@@ -181,6 +176,10 @@ func (t Target) parentDir(op string, create bool) (fd int, name string, undo fun
 			}
 		}
 	}
+	fail := func(err error) (int, string, func(), error) {
+		undo()
+		return -1, "", func() {}, err
+	}
 	rel := parent
 	owner := t.owner()
 	for _, c := range mk {
@@ -191,23 +190,20 @@ func (t Target) parentDir(op string, create bool) (fd int, name string, undo fun
 			made, fresh = append(made, rel), true
 		case err != unix.EEXIST:
 			closeFd(fd)
-			undo()
-			return -1, "", func() {}, fromErrno(op, t.Sandbox(), err)
+			return fail(fromErrno(op, t.Sandbox(), err))
 		}
 		next, err := openDir(fd, c)
 		closeFd(fd)
 		if err != nil {
-			undo()
-			return -1, "", func() {}, t.reopenErr(op, err)
+			return fail(t.reopenErr(op, err))
 		}
 		if fresh && owner != nil {
 			if err := giveDir(next, *owner); err != nil {
 				closeFd(next)
-				undo()
 				if err == ErrChanged {
-					return -1, "", func() {}, newErr(op, t.Sandbox(), ErrChanged, detail("a directory it made was replaced"))
+					return fail(newErr(op, t.Sandbox(), ErrChanged, detail("a directory it made was replaced")))
 				}
-				return -1, "", func() {}, fromErrno(op, t.Sandbox(), err)
+				return fail(fromErrno(op, t.Sandbox(), err))
 			}
 		}
 		fd = next
