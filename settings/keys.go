@@ -145,10 +145,8 @@ func LookupKey(id string) (Key, bool) {
 }
 
 func lookup(id string) *Key {
-	for _, k := range keys {
-		if k.ID == id {
-			return k
-		}
+	if i := slices.IndexFunc(keys, func(k *Key) bool { return k.ID == id }); i >= 0 {
+		return keys[i]
 	}
 	return nil
 }

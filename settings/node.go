@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 )
 
@@ -119,21 +120,17 @@ func (n *node) get(key string) *node {
 	if n == nil || n.kind != kObject {
 		return nil
 	}
-	for i, k := range n.keys {
-		if k == key {
-			return n.elems[i]
-		}
+	if i := slices.Index(n.keys, key); i >= 0 {
+		return n.elems[i]
 	}
 	return nil
 }
 
 // set replaces or appends member key of an object node.
 func (n *node) set(key string, v *node) {
-	for i, k := range n.keys {
-		if k == key {
-			n.elems[i] = v
-			return
-		}
+	if i := slices.Index(n.keys, key); i >= 0 {
+		n.elems[i] = v
+		return
 	}
 	n.keys = append(n.keys, key)
 	n.elems = append(n.elems, v)
@@ -141,14 +138,12 @@ func (n *node) set(key string, v *node) {
 
 // remove deletes member key of an object node; it reports whether it was there.
 func (n *node) remove(key string) bool {
-	for i, k := range n.keys {
-		if k == key {
-			n.keys = append(n.keys[:i], n.keys[i+1:]...)
-			n.elems = append(n.elems[:i], n.elems[i+1:]...)
-			return true
-		}
+	i := slices.Index(n.keys, key)
+	if i < 0 {
+		return false
 	}
-	return false
+	n.keys, n.elems = slices.Delete(n.keys, i, i+1), slices.Delete(n.elems, i, i+1)
+	return true
 }
 
 // MarshalJSON writes the node compactly, members in their order.
