@@ -1,9 +1,6 @@
 package workspaces
 
-import (
-	"io/fs"
-	"strings"
-)
+import "io/fs"
 
 // Kind is the type of a file-system entry in a Listing.
 type Kind uint8
@@ -87,9 +84,4 @@ func ancestors(p string) []string {
 		}
 	}
 	return out
-}
-
-// under reports whether p lies strictly below dir.
-func under(p, dir string) bool {
-	return len(p) > len(dir) && p[len(dir)] == '/' && strings.HasPrefix(p, dir)
 }

@@ -407,3 +407,8 @@ func checkCut(t tb, base, parent, child Listing) {
 		}
 	}
 }
+
+// under reports whether p lies strictly below dir.
+func under(p, dir string) bool {
+	return len(p) > len(dir) && p[len(dir)] == '/' && strings.HasPrefix(p, dir)
+}
