@@ -27,18 +27,16 @@ const DefaultKernelGrace = time.Hour
 // session of its own and exits once its socket is up; the controller reaches kernel.sock
 // in the run directory through the host connection's streamlocal forwarding
 // (client.Dial("unix", path)), so a dropped connection is reattached over a fresh one.
+// Its streams, end, record and Detach are linked.Detached's; Kill is its own.
 type detachedKernel struct {
-	*linked.Streams
-	client *link.Client
+	*linked.Detached
 	t      *Transport
 	target Target
 	python string
 	runID  string
-	rec    transports.Record
-	info   transports.Info
+	runDir string
 	// unreachable: a remote signal found the host out of reach.
 	unreachable atomic.Bool
-	watch       *transports.Watch
 }
 
 // startDetached runs the start command with the block (KENNEL_KERNEL_RUN set) and the
@@ -57,35 +55,29 @@ func (t *Transport) startDetached(ctx context.Context, hc *hostConn, target Targ
 		}
 		return nil, fmt.Errorf("start detached kernel on %s: %w (%s)", target, err, strings.TrimSpace(string(out)))
 	}
-	k := t.newDetached(target, python, transports.Record{Transport: Name, Kernel: runID, RunDir: runDir, Token: token, Where: target.String()})
-	if err := k.open(ctx); err != nil {
+	k, err := t.attach(ctx, target, python, transports.Record{Transport: Name, Kernel: runID, RunDir: runDir, Token: token, Where: target.String()})
+	if err != nil {
 		_, _ = t.hosts.control(context.WithoutCancel(ctx), target, python, runID, "CLEANUP")
 		return nil, fmt.Errorf("attach to detached kernel %s on %s: %w", runID, target, err)
 	}
 	return k, nil
 }
 
-// newDetached is the kernel rec names on target, not attached yet.
-func (t *Transport) newDetached(target Target, python string, rec transports.Record) *detachedKernel {
-	return &detachedKernel{t: t, target: target, python: python, runID: rec.Kernel, rec: rec,
-		info: transports.Info{Transport: Name, ID: target.String() + ":" + rec.RunDir}}
-}
-
-// open attaches to the kernel and sets up its end.
-func (k *detachedKernel) open(ctx context.Context) error {
-	t, target, python, runID := k.t, k.target, k.python, k.runID
+// attach reaches the kernel rec names on target and sets up its end.
+func (t *Transport) attach(ctx context.Context, target Target, python string, rec transports.Record) (*detachedKernel, error) {
+	runID := rec.Kernel
+	k := &detachedKernel{t: t, target: target, python: python, runID: runID, runDir: rec.RunDir}
 	client, err := link.Open(ctx, link.Options{
-		Kernel: k.rec.Kernel, Token: k.rec.Token, Grace: t.kernelGrace(), Applied: k.rec.Applied, Heartbeat: t.opts.Heartbeat,
-		Dial: k.dialer(path.Join(k.rec.RunDir, "kernel.sock")),
+		Kernel: rec.Kernel, Token: rec.Token, Grace: t.kernelGrace(), Applied: rec.Applied, Heartbeat: t.opts.Heartbeat,
+		Dial: k.dialer(path.Join(rec.RunDir, "kernel.sock")),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := client.Hello()
-	k.rec.PID, k.rec.PGID, k.rec.Leader, k.rec.Grace = h.PID, h.PGID, h.Leader, t.kernelGrace()
-	k.client = client
-	k.Streams = linked.New(client)
-	k.watch = transports.NewWatch(transports.WatchSpec{
+	rec.PID, rec.PGID, rec.Leader, rec.Grace = h.PID, h.PGID, h.Leader, t.kernelGrace()
+	k.Detached = linked.NewDetached(client, transports.Info{Transport: Name, ID: target.String() + ":" + rec.RunDir}, rec)
+	k.Watch = transports.NewWatch(transports.WatchSpec{
 		What: "detached ssh kernel " + runID,
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
@@ -112,7 +104,7 @@ func (k *detachedKernel) open(ctx context.Context) error {
 			return err
 		},
 	})
-	return nil
+	return k, nil
 }
 
 // Reattach reaches a detached remote kernel again from its record: the record must be
@@ -136,21 +128,14 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 	if err != nil {
 		return nil, fmt.Errorf("reattach ssh kernel %s on %s: %w", rec.Kernel, target, err)
 	}
-	k := t.newDetached(target, p.PythonPath, rec)
-	if err := k.open(ctx); err != nil {
+	k, err := t.attach(ctx, target, p.PythonPath, rec)
+	if err != nil {
 		if errors.Is(err, link.ErrGone) {
 			_, _ = t.hosts.control(context.WithoutCancel(ctx), target, p.PythonPath, rec.Kernel, "CLEANUP")
 		}
 		return nil, fmt.Errorf("reattach ssh kernel %s on %s: %w", rec.Kernel, target, err)
 	}
 	return k, nil
-}
-
-// Record is what reattaching to the kernel takes, with the frames applied so far.
-func (k *detachedKernel) Record() transports.Record {
-	rec := k.rec
-	rec.Applied = k.client.Applied()
-	return rec
 }
 
 var (
@@ -197,35 +182,22 @@ func (k *detachedKernel) control(action string) error {
 	return err
 }
 
-// Info reports the kernel's host and run directory; its pids are the host's, not ours.
-func (k *detachedKernel) Info() transports.Info { return k.info }
-
 // Kill ends the kernel: shutdown over the link, then the remote TERM and KILL ladder; the
 // end is its link's proof that it is gone, then the run's sweep.
 //
 // The signals run on the remote host; when it is out of reach Kill's error says so, and
 // that the kernel's own grace ends it there (it ends unattached past its grace).
 func (k *detachedKernel) Kill(ctx context.Context) error {
-	err := k.watch.Kill(ctx)
+	err := k.Watch.Kill(ctx)
 	if !k.unreachable.Load() {
 		return err
 	}
 	if err == nil {
 		// The ladder ran out by letting the link go: the end was not seen on the host.
-		if _, werr := k.watch.Wait(); !errors.Is(werr, link.ErrDetached) {
+		if _, werr := k.Watch.Wait(); !errors.Is(werr, link.ErrDetached) {
 			return werr
 		}
 		err = ErrUnreachable
 	}
 	return fmt.Errorf("kill detached kernel %s: %w: %s is out of reach, so the kernel could not be signalled there; with nothing attached it ends by itself within its grace (%v)", k.runID, err, k.target, k.t.kernelGrace())
 }
-
-// Wait blocks until the kernel is proven gone (or its link ended otherwise: after Detach
-// it returns an error matching link.ErrDetached, the kernel still running).
-func (k *detachedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
-
-// Detach closes the link; the kernel runs on, alone, for its grace.
-func (k *detachedKernel) Detach() error { return k.client.Close() }
-
-// Link is the kernel's link.
-func (k *detachedKernel) Link() *link.Client { return k.client }

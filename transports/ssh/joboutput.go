@@ -99,7 +99,7 @@ func (k *detachedKernel) OpenJobOutput(ctx context.Context, req transports.JobOu
 	if err != nil {
 		return nil, fmt.Errorf("job output relay on %s: %w", k.target, err)
 	}
-	return openRelay(ctx, c, relayAt{k.target, k.python, k.rec.RunDir, k.runID}, req)
+	return openRelay(ctx, c, relayAt{k.target, k.python, k.runDir, k.runID}, req)
 }
 
 var (
