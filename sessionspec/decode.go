@@ -217,9 +217,12 @@ func subObject[T any](prefix string, raw json.RawMessage) (*T, []error) {
 	if err != nil {
 		return v, []error{bad(prefix, "%v", err)}
 	}
-	known := map[string]bool{}
-	for _, name := range jsonNames(v) {
-		known[name] = true
+	known := map[string]bool{} // the JSON names of T's fields
+	rt := reflect.TypeFor[T]()
+	for i := range rt.NumField() {
+		if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
 	}
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(fields)) {
@@ -270,17 +273,4 @@ func unwrapJSON(err error) error {
 		return fmt.Errorf("want %s, got %s", te.Type, te.Value)
 	}
 	return err
-}
-
-// jsonNames lists the JSON names of the fields of the struct v points to.
-func jsonNames(v any) []string {
-	rt := reflect.TypeOf(v).Elem()
-	var names []string
-	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
-			names = append(names, name)
-		}
-	}
-	return names
 }
