@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kennel-dev/kennel/link"
 )
@@ -28,7 +29,9 @@ func Cutting(base link.Dialer, cuts []Cut) link.Dialer {
 		if i >= len(cuts) {
 			return c, nil
 		}
-		cc := &cutConn{Conn: c, readLimit: cuts[i].Read, writeLimit: cuts[i].Write}
+		cc := &cutConn{Conn: c}
+		cc.readLimit.Store(int64(cuts[i].Read))
+		cc.writeLimit.Store(int64(cuts[i].Write))
 		i++
 		return cc, nil
 	}
@@ -37,14 +40,11 @@ func Cutting(base link.Dialer, cuts []Cut) link.Dialer {
 // cutConn closes its connection once its read or write limit is reached.
 type cutConn struct {
 	net.Conn
-	mu                    sync.Mutex
-	readLimit, writeLimit int
+	readLimit, writeLimit atomic.Int64
 }
 
 func (c *cutConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	lim := c.readLimit
-	c.mu.Unlock()
+	lim := int(c.readLimit.Load())
 	if lim == 0 {
 		c.Conn.Close()
 		return 0, net.ErrClosed
@@ -54,30 +54,22 @@ func (c *cutConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(p)
 	if lim > 0 {
-		c.mu.Lock()
-		c.readLimit -= n
-		c.mu.Unlock()
+		c.readLimit.Add(-int64(n))
 	}
 	return n, err
 }
 
 func (c *cutConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	lim := c.writeLimit
-	c.mu.Unlock()
+	lim := int(c.writeLimit.Load())
 	if lim >= 0 && len(p) >= lim {
 		n, _ := c.Conn.Write(p[:lim])
 		c.Conn.Close()
-		c.mu.Lock()
-		c.writeLimit = 0
-		c.mu.Unlock()
+		c.writeLimit.Store(0)
 		return n, net.ErrClosed
 	}
 	n, err := c.Conn.Write(p)
 	if lim > 0 {
-		c.mu.Lock()
-		c.writeLimit -= n
-		c.mu.Unlock()
+		c.writeLimit.Add(-int64(n))
 	}
 	return n, err
 }

@@ -50,8 +50,7 @@ func Start(t testing.TB, dir, id, token string) *Kernel {
 	}
 	k := &Kernel{ID: id, Token: token, ln: ln, path: path, out: link.NewOutbox(link.KernelMaxFrames, link.KernelMaxBytes),
 		Hello: link.Hello{Protocol: link.Protocol, PID: os.Getpid(), PGID: os.Getpid(), Python: "3.11.7"}}
-	k.wg.Add(1)
-	go k.accept()
+	k.wg.Go(k.accept)
 	t.Cleanup(k.Close)
 	return k
 }
@@ -130,14 +129,12 @@ func poke(ch chan struct{}) {
 }
 
 func (k *Kernel) accept() {
-	defer k.wg.Done()
 	for {
 		c, err := k.ln.Accept()
 		if err != nil {
 			return
 		}
-		k.wg.Add(1)
-		go func() { defer k.wg.Done(); k.serve(c) }()
+		k.wg.Go(func() { k.serve(c) })
 	}
 }
 
