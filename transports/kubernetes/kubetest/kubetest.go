@@ -171,19 +171,16 @@ func need(t testing.TB) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(dir, "cluster.sh")
 	out, err := exec.Command(filepath.Join(dir, "build.sh"), "check").Output()
 	if err != nil {
 		testneed.Missing(t, "a build of the Kubernetes test cluster (run "+InstallCommand+")", fmt.Errorf("%s not built: %w", bytes.TrimSpace(out), err))
 	}
-	e := env{script: script, bin: filepath.Join(string(bytes.TrimSpace(out)), "bin")}
 	b, err := images.Stub()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ref = kernelimage.KernelRef(b)
-	e.cli = dockerneed.KernelEngine(t) // the kernel image comes from the machine's engine
-	return e
+	return env{script: filepath.Join(dir, "cluster.sh"), bin: filepath.Join(string(bytes.TrimSpace(out)), "bin"),
+		ref: kernelimage.KernelRef(b), cli: dockerneed.KernelEngine(t)} // the kernel image comes from the machine's engine
 }
 
 // clusterDir is the directory of cluster.sh and build.sh, found from this file's path (the
