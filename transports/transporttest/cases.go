@@ -417,9 +417,8 @@ func testKillTwice(t *testing.T, s *suite) {
 	exits := make([]transports.Exit, 4)
 	errs := make([]error, 8)
 	for i := range 4 {
-		wg.Add(2)
-		go func() { defer wg.Done(); errs[i] = ss.k.Kill(ctx) }()
-		go func() { defer wg.Done(); exits[i], errs[4+i] = ss.k.Wait() }()
+		wg.Go(func() { errs[i] = ss.k.Kill(ctx) })
+		wg.Go(func() { exits[i], errs[4+i] = ss.k.Wait() })
 	}
 	wg.Wait()
 	for i, err := range errs {
