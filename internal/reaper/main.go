@@ -117,14 +117,12 @@ const sweepTick = 50 * time.Millisecond
 func (l *loop) run(sigs <-chan os.Signal) Status {
 	for {
 		none := l.reap()
+		var tick <-chan time.Time
 		if l.kernelDone || l.hard {
 			if none {
 				return l.status
 			}
 			l.sweep()
-		}
-		var tick <-chan time.Time
-		if l.kernelDone || l.hard {
 			tick = time.After(sweepTick)
 		}
 		select {

@@ -158,14 +158,13 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (transports
 }
 
 func (t *Transport) unpack(context.Context) (bundleDir, error) {
+	var err error
 	b := t.opts.Bundle
 	if b == nil {
-		var err error
 		if b, err = images.Stub(); err != nil {
 			return bundleDir{}, err
 		}
 	}
-	var err error
 	cacheDir := t.opts.CacheDir
 	if cacheDir == "" {
 		if cacheDir, err = images.DefaultCacheDir(); err != nil {
