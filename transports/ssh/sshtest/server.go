@@ -347,12 +347,10 @@ func (s *Server) proxy(ln net.Listener) {
 			}
 			defer u.Close()
 			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				_, _ = io.Copy(u, c)
 				_ = u.(*net.TCPConn).CloseWrite()
-			}()
+			})
 			_, _ = io.Copy(c, u)
 			_ = c.(*net.TCPConn).CloseWrite()
 			wg.Wait()
