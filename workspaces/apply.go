@@ -50,18 +50,14 @@ func runStep(step func(name string) error, name string) error {
 // out unable to hold (changed since the scan) becomes a conflict.
 func (a *applier) apply(ctx context.Context, ds []Decision) ([]Decision, error) {
 	out := slices.Clone(ds)
+	kept := map[string]bool{} // conflicts: the parent's entry stays, even an empty directory
 	for i := range out {
 		if out[i].Action == ActionConflict {
+			kept[out[i].Path] = true
 			if err := a.save(&out[i]); err != nil {
 				return nil, err
 			}
 			a.report.add(1)
-		}
-	}
-	kept := map[string]bool{} // conflicts: the parent's entry stays, even an empty directory
-	for _, d := range out {
-		if d.Action == ActionConflict {
-			kept[d.Path] = true
 		}
 	}
 	for i := len(out) - 1; i >= 0; i-- {
