@@ -113,9 +113,7 @@ func runRemote(ctx context.Context, c *xssh.Client, what, script string, stdin i
 	defer sess.Close()
 	stderr := &boundedBuffer{limit: 8 << 10}
 	sess.Stderr = stderr
-	if stdin != nil {
-		sess.Stdin = stdin
-	}
+	sess.Stdin = stdin
 	out, err := sess.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
