@@ -42,24 +42,24 @@ type WriterSink struct {
 
 // Stream writes text to the writer of its stream.
 func (w WriterSink) Stream(name, text string) {
-	out := w.Stdout
-	if name == protocol.StreamStderr {
-		out = w.Stderr
-	}
-	if out != nil {
+	if out := w.of(name); out != nil {
 		_, _ = io.WriteString(out, text)
 	}
 }
 
 // StreamText writes text to the writer of its stream, as Stream does, without a copy.
 func (w WriterSink) StreamText(name string, text, _ []byte) {
-	out := w.Stdout
-	if name == protocol.StreamStderr {
-		out = w.Stderr
-	}
-	if out != nil {
+	if out := w.of(name); out != nil {
 		_, _ = out.Write(text)
 	}
+}
+
+// of returns the writer of stream name (nil: drop it).
+func (w WriterSink) of(name string) io.Writer {
+	if name == protocol.StreamStderr {
+		return w.Stderr
+	}
+	return w.Stdout
 }
 
 // Display writes the value's text/plain form if it has one, else its JSON.
@@ -113,15 +113,15 @@ type cellRun struct {
 	ended func()
 }
 
-// streamText passes a decoded stream frame (protocol.StreamDecoder) to the sink: to its
-// StreamText when it has one.
-func (c *cellRun) streamText(st protocol.StreamText) {
-	switch sink := c.sink.(type) {
+// streamTo passes stream text (and its JSON form, or nil) to sink: to its StreamText
+// when it has one; a nil sink drops it.
+func streamTo(sink Sink, name string, text, quoted []byte) {
+	switch sink := sink.(type) {
 	case nil:
 	case TextSink:
-		sink.StreamText(st.Name, st.Text, st.Quoted)
+		sink.StreamText(name, text, quoted)
 	default:
-		sink.Stream(st.Name, string(st.Text))
+		sink.Stream(name, string(text))
 	}
 }
 
@@ -160,17 +160,11 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	}
 	id := s.nextID("c")
 	c := &cellRun{sink: sink, done: make(chan struct{})}
-	kc.mu.Lock()
-	if kc.err != nil {
-		err := kc.err
-		kc.mu.Unlock()
+	if err := track(kc, &kc.cells, id, c); err != nil {
 		return nil, err
 	}
-	kc.cells[id] = c
-	kc.mu.Unlock()
-
 	if err := kc.writeFrame(ctx, protocol.Execute{ID: id, Code: code}); err != nil {
-		kc.forgetCell(id)
+		lookup(kc, &kc.cells, id, true)
 		if ctx.Err() != nil {
 			kc.stalled(id, err)
 		}
@@ -198,13 +192,6 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
 	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Reason: c.res.Reason, Note: c.res.Note, Upgrade: s.takeNotice(), Lost: s.takeLost()}, nil
-}
-
-// forgetCell drops cell id, which was never sent, from the cells in flight.
-func (kc *kernelConn) forgetCell(id string) {
-	kc.mu.Lock()
-	delete(kc.cells, id)
-	kc.mu.Unlock()
 }
 
 // interrupt queues an interrupt for cell id, waiting for room at most the interrupt grace.

@@ -57,18 +57,12 @@ func (s *Session) executeCell(ctx context.Context, cellID, code string, budget t
 	r.cell.ended = r.cellEnded
 	s.jobs.add(r)
 
-	kc.mu.Lock()
-	if kc.err != nil {
-		err := kc.err
-		kc.mu.Unlock()
+	if err := track(kc, &kc.cells, cellID, r.cell); err != nil {
 		r.endWithout(err, jobs.End{})
 		return JobWait{}, fmt.Errorf("cell %s: %w", cellID, err)
 	}
-	kc.cells[cellID] = r.cell
-	kc.mu.Unlock()
-
 	if err := kc.writeFrame(ctx, protocol.Execute{ID: cellID, Code: code, TimeoutMS: timeoutMS}); err != nil {
-		kc.forgetCell(cellID)
+		lookup(kc, &kc.cells, cellID, true)
 		r.endWithout(err, jobs.End{})
 		if ctx.Err() != nil {
 			kc.stalled(cellID, err)
@@ -135,13 +129,7 @@ func (c cellJobSink) Stream(name, text string) {
 // JSON form) when it takes them, else as Stream does.
 func (c cellJobSink) StreamText(name string, text, quoted []byte) {
 	_ = c.job.Output(text)
-	switch next := c.next.(type) {
-	case nil:
-	case TextSink:
-		next.StreamText(name, text, quoted)
-	default:
-		next.Stream(name, string(text))
-	}
+	streamTo(c.next, name, text, quoted)
 }
 
 func (c cellJobSink) Display(data json.RawMessage) {

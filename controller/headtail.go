@@ -11,9 +11,7 @@ type headTail struct {
 	n    int
 	mu   sync.Mutex
 	head []byte
-	tail []byte // ring of the last n bytes, once head is full
-	pos  int    // next write position in tail
-	full bool   // tail has wrapped
+	tail []byte // the bytes past the head, at most 2n: the last n of them are kept
 	seen int64
 }
 
@@ -24,31 +22,12 @@ func (h *headTail) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.seen += int64(len(p))
-	q := p
-	if room := h.n - len(h.head); room > 0 {
-		k := min(room, len(q))
-		h.head = append(h.head, q[:k]...)
-		q = q[k:]
-	}
-	if len(q) == 0 {
-		return len(p), nil
-	}
-	if h.tail == nil {
-		h.tail = make([]byte, h.n)
-	}
-	if len(q) >= h.n {
-		copy(h.tail, q[len(q)-h.n:])
-		h.pos, h.full = 0, true
-		return len(p), nil
-	}
-	k := copy(h.tail[h.pos:], q)
-	if k < len(q) {
-		copy(h.tail, q[k:])
-		h.full = true
-	}
-	h.pos = (h.pos + len(q)) % h.n
-	if h.pos == 0 {
-		h.full = true
+	k := min(h.n-len(h.head), len(p))
+	h.head = append(h.head, p[:k]...)
+	q := p[k:]
+	h.tail = append(h.tail, q[max(0, len(q)-h.n):]...)
+	if len(h.tail) > 2*h.n {
+		h.tail = h.tail[:copy(h.tail, h.tail[len(h.tail)-h.n:])]
 	}
 	return len(p), nil
 }
@@ -57,14 +36,8 @@ func (h *headTail) Write(p []byte) (int, error) {
 func (h *headTail) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var tail []byte
-	if h.full {
-		tail = append(append(tail, h.tail[h.pos:]...), h.tail[:h.pos]...)
-	} else if h.tail != nil {
-		tail = h.tail[:h.pos]
-	}
-	dropped := h.seen - int64(len(h.head)) - int64(len(tail))
-	if dropped > 0 {
+	tail := h.tail[max(0, len(h.tail)-h.n):]
+	if dropped := h.seen - int64(len(h.head)) - int64(len(tail)); dropped > 0 {
 		return fmt.Sprintf("%s\n[… %d bytes of stderr dropped …]\n%s", h.head, dropped, tail)
 	}
 	return string(h.head) + string(tail)

@@ -79,12 +79,10 @@ func newJobFiles(dir, kernelDir string, keep int64, keepAtEnd bool, job *jobs.Jo
 	name := jobFileNamePrefix + hex.EncodeToString(rnd[:])
 	f := newJobFilesAt(filepath.Join(dir, name), keep)
 	f.keepAtEnd = keepAtEnd
+	mode := uint32(0o600)
 	if kernelDir != "" {
 		kbase := path.Join(kernelDir, name)
 		f.named = [2]string{kbase + "-stdout", kbase + "-stderr"}
-	}
-	mode := uint32(0o600)
-	if kernelDir != "" {
 		mode = 0o622
 	}
 	for i, p := range f.paths {

@@ -29,15 +29,9 @@ func newKernelJobs(k transports.Kernel) kernelJobs {
 	return kernelJobs{runs: make(map[string]*jobRun), groups: transports.GroupsOf(k)}
 }
 
-// job returns the running shell job the kernel names id, or nil.
+// job returns the running shell job the kernel names id, or nil; take takes it out.
 func (kc *kernelConn) job(id string, take bool) *jobRun {
-	kc.mu.Lock()
-	defer kc.mu.Unlock()
-	r := kc.jobs.runs[id]
-	if take {
-		delete(kc.jobs.runs, id)
-	}
-	return r
+	return lookup(kc, &kc.jobs.runs, id, take)
 }
 
 // endJobs ends the jobs of a kernel generation that ended with err.
@@ -49,21 +43,10 @@ func endJobs(runs map[string]*jobRun, err error) {
 	wg.Wait()
 }
 
-// onJobFrame routes a job_start, job_output or job_end frame to its job. It runs on the
-// reader goroutine and never blocks on a caller. Frames naming no running job are
-// dropped; a job_output in the stub's own layout is decoded without encoding/json
-// (protocol.JobOutputDecoder).
-func (kc *kernelConn) onJobFrame(f gate.Frame) {
-	switch f.Event {
-	case protocol.EventJobOutput:
-		kc.onJobOutput(f)
-	case protocol.EventJobStart:
-		kc.onJobStart(f)
-	case protocol.EventJobEnd:
-		kc.onJobEnd(f)
-	}
-}
-
+// onJobOutput routes a job_output frame to its job, decoded without encoding/json when
+// it is in the stub's own layout (protocol.JobOutputDecoder). Like every job frame's
+// handler it runs on the reader goroutine, never blocks on a caller, and drops a frame
+// naming no running job.
 func (kc *kernelConn) onJobOutput(f gate.Frame) {
 	r := kc.job(f.ID, false)
 	if r == nil {

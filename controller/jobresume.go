@@ -58,14 +58,6 @@ func (r *jobRun) record(host [2]string) JobRecord {
 // be adopted is logged and left.
 func (s *Session) adoptJobs(recs []JobRecord) {
 	var others []*jobRun
-	defer func() {
-		if len(others) > 0 {
-			adopted := s.jobs.adopted
-			s.jobs.adopted = others
-			s.endAdopted(errors.New("the kernel that ran it is gone"))
-			s.jobs.adopted = adopted
-		}
-	}()
 	for _, rec := range recs {
 		r := &jobRun{s: s, kind: shellJob, frameID: rec.FrameID, way: jobWay(rec.Way), paths: rec.Paths}
 		job, err := s.jobs.table.Adopt(rec.ID, rec.Started, jobs.Spec{Command: rec.Command, Owner: r})
@@ -90,6 +82,7 @@ func (s *Session) adoptJobs(recs []JobRecord) {
 		}
 		s.jobs.adopted = append(s.jobs.adopted, r)
 	}
+	s.endAdopted(others, errors.New("the kernel that ran it is gone"))
 }
 
 // takeAdopted hands the adopted jobs to kc, the kernel resumed: each is its run from
@@ -129,11 +122,9 @@ func (s *Session) resumeRemote(ctx context.Context, kc *kernelConn, r *jobRun) j
 	return newRemoteOutput(out, r.job)
 }
 
-// endAdopted ends the adopted jobs when their kernel will not be resumed (gone, or given
-// up): each reads its files to their end and ends with cause.
-func (s *Session) endAdopted(cause error) {
-	adopted := s.jobs.adopted
-	s.jobs.adopted = nil
+// endAdopted ends adopted jobs whose kernel will not be resumed (gone, or given up):
+// each reads its files to their end and ends with cause.
+func (s *Session) endAdopted(adopted []*jobRun, cause error) {
 	for _, r := range adopted {
 		go func() {
 			if r.streams != nil {

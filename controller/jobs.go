@@ -60,7 +60,7 @@ const (
 // its frames carry, and how to stop it. It is the job's jobs.Owner.
 type jobRun struct {
 	s       *Session
-	kc      *kernelConn
+	kc      *kernelConn // its kernel; for a job an earlier controller started, nil until reattached (mu)
 	kind    jobKind
 	frameID string     // the job id (shell jobs) or the cell id (cell jobs)
 	job     *jobs.Job  // set right after Table.Start, before any frame can name the job
@@ -165,49 +165,31 @@ func (s *Session) SaveOutput(ctx context.Context, id jobs.ID) (string, error) {
 	return path, nil
 }
 
-// conn is the kernel generation that runs r: set at the start, or, for a job an earlier
-// controller started, once its kernel was reattached (nil until then).
-func (r *jobRun) conn() *kernelConn {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.kc
-}
-
 // Kill is the job's owner: a shell job's process group is signalled by its kernel (and
 // by the controller after a grace, see RunJob); a cell is interrupted, and its kernel
-// killed after Options.InterruptGrace. It returns once the request is sent (or ctx ends);
-// the end comes later.
+// killed after Options.InterruptGrace. It returns once the request is queued for the
+// kernel (waiting for room until ctx ends: a wedged kernel may not read its stdin); the
+// end comes later. The kernel of a job an earlier controller started is set once it was
+// reattached: until then Kill is refused.
 func (r *jobRun) Kill(ctx context.Context) error {
+	r.mu.Lock()
+	kc, pgid := r.kc, r.pgid
+	r.mu.Unlock()
+	if kc == nil {
+		return fmt.Errorf("kill job %s: its kernel is being reattached; try again: %w", r.job.ID(), errdefs.ErrUnavailable)
+	}
+	var f protocol.HostFrame = protocol.JobKill{ID: r.frameID}
 	if r.kind == cellJob {
 		go r.killCellAfterGrace()
-		return r.send(ctx, protocol.Interrupt{ID: r.frameID})
-	}
-	kc := r.conn()
-	if kc == nil {
-		return fmt.Errorf("kill job %s: its kernel is being reattached; try again: %w", r.job.ID(), errdefs.ErrUnavailable)
-	}
-	r.mu.Lock()
-	pgid := r.pgid
-	r.mu.Unlock()
-	if g := kc.jobs.groups; pgid != 0 && g != nil {
+		f = protocol.Interrupt{ID: r.frameID}
+	} else if g := kc.jobs.groups; pgid != 0 && g != nil {
 		go r.hostKill(g, pgid)
 	}
-	err := r.send(ctx, protocol.JobKill{ID: r.frameID})
-	if err != nil && pgid != 0 {
-		r.s.log.Debug("job_kill not delivered; the controller kills the group", "job", r.frameID, "err", err)
-		return nil
-	}
-	return err
-}
-
-// send queues f for the job's kernel, giving up waiting for room when ctx ends: a wedged
-// kernel may not read its stdin.
-func (r *jobRun) send(ctx context.Context, f protocol.HostFrame) error {
-	kc := r.conn()
-	if kc == nil {
-		return fmt.Errorf("kill job %s: its kernel is being reattached; try again: %w", r.job.ID(), errdefs.ErrUnavailable)
-	}
 	if err := kc.writeFrame(ctx, f); err != nil {
+		if pgid != 0 {
+			r.s.log.Debug("job_kill not delivered; the controller kills the group", "job", r.frameID, "err", err)
+			return nil
+		}
 		return fmt.Errorf("kill job %s: %w", r.job.ID(), err)
 	}
 	return nil

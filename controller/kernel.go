@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,16 +73,12 @@ type kernelConn struct {
 // measured peak of `kennel run` under a flood of requests at the line limit (338 MiB).
 const maxRequestBytesInFlight = protocol.MaxLine
 
-// startKernel starts a kernel generation and waits for its checked hello. s.mu is held.
-// Whatever ends the generation later, its reader kills the kernel through the transport's
-// ladder and reaps it (Session.Close waits for that).
-func (s *Session) startKernel(ctx context.Context) (*kernelConn, error) {
-	return s.launchKernel(ctx, false)
-}
-
-// launchKernel is startKernel; resumeOnly starts no fresh kernel: it returns nil (and no
-// error) when there is no kernel to resume or it was gone.
-func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelConn, error) {
+// startKernel starts a kernel generation (or reattaches the one to resume) and waits for
+// its checked hello. s.mu is held. Whatever ends the generation later, its reader kills
+// the kernel through the transport's ladder and reaps it (Session.Close waits for that).
+// resumeOnly starts no fresh kernel: it returns nil (and no error) when there is no
+// kernel to resume or it was gone.
+func (s *Session) startKernel(ctx context.Context, resumeOnly bool) (*kernelConn, error) {
 	stderr := newHeadTail(8 << 10)
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
@@ -90,12 +87,9 @@ func (s *Session) launchKernel(ctx context.Context, resumeOnly bool) (*kernelCon
 		return nil, err
 	}
 	resumed := k != nil
-	if !resumed && s.resume == nil && len(s.jobs.adopted) > 0 {
-		lost := s.Origin().Lost
-		if lost == nil {
-			lost = errors.New("its kernel was not resumed")
-		}
-		s.endAdopted(lost)
+	if !resumed && s.resume == nil {
+		s.endAdopted(s.jobs.adopted, cmp.Or(s.Origin().Lost, errors.New("its kernel was not resumed")))
+		s.jobs.adopted = nil
 	}
 	if k == nil && resumeOnly {
 		return nil, nil
@@ -457,8 +451,14 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		return
 	}
 	switch f.Event {
-	case protocol.EventJobStart, protocol.EventJobOutput, protocol.EventJobEnd:
-		kc.onJobFrame(f)
+	case protocol.EventJobOutput:
+		kc.onJobOutput(f)
+		return
+	case protocol.EventJobStart:
+		kc.onJobStart(f)
+		return
+	case protocol.EventJobEnd:
+		kc.onJobEnd(f)
 		return
 	case protocol.EventStream:
 		kc.onStream(f)
@@ -484,19 +484,13 @@ func (kc *kernelConn) onEvent(f gate.Frame) {
 		kc.ready.Store(true)
 		kc.helloCh <- e
 	case protocol.Display:
-		if c := kc.cell(e.ID); c != nil {
+		if c := lookup(kc, &kc.cells, e.ID, false); c != nil {
 			c.display(e.Data)
 		}
 	case protocol.Done:
-		kc.mu.Lock()
-		c := kc.cells[e.ID]
-		delete(kc.cells, e.ID)
-		r := kc.calls[e.ID]
-		delete(kc.calls, e.ID)
-		kc.mu.Unlock()
-		if c != nil {
+		if c := lookup(kc, &kc.cells, e.ID, true); c != nil {
 			c.finish(&e, nil)
-		} else if r != nil {
+		} else if r := lookup(kc, &kc.calls, e.ID, true); r != nil {
 			r.finish(&e, nil)
 		}
 	case protocol.Log:
@@ -512,25 +506,37 @@ func (kc *kernelConn) onStream(f gate.Frame) {
 		kc.s.log.Warn("undecodable kernel event dropped", "event", f.Event, "id", f.ID, "err", err)
 		return
 	}
-	if c := kc.cell(f.ID); c != nil {
-		c.streamText(st)
-	} else if r := kc.call(f.ID); r != nil {
+	if c := lookup(kc, &kc.cells, f.ID, false); c != nil {
+		streamTo(c.sink, st.Name, st.Text, st.Quoted)
+	} else if r := lookup(kc, &kc.calls, f.ID, false); r != nil {
 		r.stream(string(st.Text))
 	} else if len(st.Text) > 0 {
 		kc.s.log.Info("kernel output", "stream", st.Name, "text", truncateForLog(string(st.Text[:min(len(st.Text), 513)])))
 	}
 }
 
-func (kc *kernelConn) cell(id string) *cellRun {
+// track puts v in *m, one of kc's maps of work in flight, as id while the generation
+// runs; once it has ended, it returns why instead.
+func track[T any](kc *kernelConn, m *map[string]T, id string, v T) error {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
-	return kc.cells[id]
+	if kc.err != nil {
+		return kc.err
+	}
+	(*m)[id] = v
+	return nil
 }
 
-func (kc *kernelConn) call(id string) *callRun {
+// lookup returns the entry id of *m, one of kc's maps of work in flight, taking it out
+// when take is set: a later frame of that id then finds nothing.
+func lookup[T any](kc *kernelConn, m *map[string]T, id string, take bool) T {
 	kc.mu.Lock()
 	defer kc.mu.Unlock()
-	return kc.calls[id]
+	v := (*m)[id]
+	if take {
+		delete(*m, id)
+	}
+	return v
 }
 
 func logLevel(l string) slog.Level {

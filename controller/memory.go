@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 )
@@ -13,19 +14,8 @@ const EnvKernelMemory = "KENNEL_KERNEL_MEMORY_BYTES"
 // DefaultKernelMemory is the memory cap of a session whose Options.KernelMemory is zero.
 const DefaultKernelMemory int64 = 256 << 20
 
-// kernelMemory is the cap a session's kernels get: set, the default, or 0 for none.
-func kernelMemory(set int64) int64 {
-	switch {
-	case set == 0:
-		return DefaultKernelMemory
-	case set < 0:
-		return 0
-	}
-	return set
-}
-
 // kernelEnv is the environment a kernel of the session starts with: Options.Env, its
-// memory cap entry replaced by the session's.
+// memory cap entry replaced by the session's (zero: the default; negative: 0, none).
 func (s *Session) kernelEnv() []string {
 	env := make([]string, 0, len(s.opts.Env)+1)
 	for _, kv := range s.opts.Env {
@@ -34,5 +24,5 @@ func (s *Session) kernelEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, EnvKernelMemory+"="+strconv.FormatInt(kernelMemory(s.opts.KernelMemory), 10))
+	return append(env, EnvKernelMemory+"="+strconv.FormatInt(max(cmp.Or(s.opts.KernelMemory, DefaultKernelMemory), 0), 10))
 }

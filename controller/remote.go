@@ -148,23 +148,14 @@ type CallResult struct {
 	Output output.Result
 }
 
-// callRun is a @remote call in flight on one kernel generation.
+// callRun is a @remote call in flight on one kernel generation. It ends as a cell does
+// (cellRun.finish), its output going to out instead of a sink.
 type callRun struct {
+	cellRun
 	function string
-	once     sync.Once
-	done     chan struct{}
-	res      *protocol.Done
-	err      error
 
 	mu  sync.Mutex
 	out *output.Bounder
-}
-
-func (c *callRun) finish(d *protocol.Done, err error) {
-	c.once.Do(func() {
-		c.res, c.err = d, err
-		close(c.done)
-	})
 }
 
 func (c *callRun) stream(text string) {
@@ -200,12 +191,9 @@ func (s *Session) Functions() []Function {
 // when the function raised or its value cannot be carried. When ctx ends first, Call
 // returns ctx's cause. Any other error means the call could not be sent.
 func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, opts CallOptions) (*CallResult, error) {
-	budget := s.opts.BlockingBudget
-	if budget <= 0 {
-		budget = DefaultBlockingBudget
-	}
-	if opts.Budget > 0 && opts.Budget < budget {
-		budget = opts.Budget
+	budget := cmp.Or(max(s.opts.BlockingBudget, 0), DefaultBlockingBudget)
+	if opts.Budget > 0 {
+		budget = min(budget, opts.Budget)
 	}
 	kc := s.cur.Load()
 	if kc == nil || kc.ended() {
@@ -225,15 +213,10 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, o
 		return nil, fmt.Errorf("call %s: %w", name, err)
 	}
 	id := s.nextID("r")
-	c := &callRun{function: name, done: make(chan struct{}), out: out}
-	kc.mu.Lock()
-	if kc.err != nil {
-		err := kc.err
-		kc.mu.Unlock()
+	c := &callRun{cellRun: cellRun{done: make(chan struct{})}, function: name, out: out}
+	if err := track(kc, &kc.calls, id, c); err != nil {
 		return nil, &RemoteCallError{Code: CallUnreachable, Function: name, Err: err}
 	}
-	kc.calls[id] = c
-	kc.mu.Unlock()
 
 	t := time.NewTimer(budget)
 	defer t.Stop()
@@ -248,7 +231,7 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, o
 		}
 	}()
 	if err := kc.writeFrame(wctx, protocol.Call{ID: id, Module: fn.Module, Function: fn.Name, Args: args}); err != nil {
-		kc.forgetCall(id)
+		lookup(kc, &kc.calls, id, true)
 		select {
 		case <-c.done: // the budget passed, or the kernel ended, while it was queued
 			return nil, c.err
@@ -262,10 +245,10 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, o
 	select {
 	case <-c.done:
 	case <-ctx.Done():
-		kc.forgetCall(id)
+		lookup(kc, &kc.calls, id, true)
 		return nil, fmt.Errorf("call %s: %w", name, context.Cause(ctx))
 	}
-	kc.forgetCall(id)
+	lookup(kc, &kc.calls, id, true)
 	if c.err != nil {
 		var rce *RemoteCallError
 		if errors.As(c.err, &rce) {
@@ -313,15 +296,11 @@ const reloadWait = 30 * time.Second
 // "kennel". A kernel that cannot tell (an older stub) keeps none.
 func (kc *kernelConn) reloadFunctions() {
 	id := kc.s.nextID("r")
-	c := &callRun{function: "registrations", done: make(chan struct{})}
-	kc.mu.Lock()
-	if kc.err != nil {
-		kc.mu.Unlock()
+	c := &callRun{cellRun: cellRun{done: make(chan struct{})}, function: "registrations"}
+	if track(kc, &kc.calls, id, c) != nil {
 		return
 	}
-	kc.calls[id] = c
-	kc.mu.Unlock()
-	defer kc.forgetCall(id)
+	defer lookup(kc, &kc.calls, id, true)
 	ctx, cancel := context.WithTimeout(kc.ctx, reloadWait)
 	defer cancel()
 	if err := kc.writeFrame(ctx, protocol.Call{ID: id, Module: "kennel", Function: "registrations"}); err != nil {
@@ -345,13 +324,6 @@ func (kc *kernelConn) reloadFunctions() {
 			kc.s.log.Warn("a @remote function of the reattached kernel refused", "err", err)
 		}
 	}
-}
-
-// forgetCall drops call id from the calls in flight: a late done is then dropped.
-func (kc *kernelConn) forgetCall(id string) {
-	kc.mu.Lock()
-	delete(kc.calls, id)
-	kc.mu.Unlock()
 }
 
 // functionName is what a @remote function may be named: a Python identifier.

@@ -212,11 +212,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	opts.StartTimeout = cmp.Or(opts.StartTimeout, 30*time.Second)
 	opts.InterruptGrace = cmp.Or(opts.InterruptGrace, 5*time.Second)
 	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	id := opts.ID
-	if id == "" {
-		id = newID()
-	}
-	s := &Session{id: id, opts: opts, closedCh: make(chan struct{})}
+	s := &Session{id: cmp.Or(opts.ID, newID()), opts: opts, closedCh: make(chan struct{})}
 	s.ids.Store(opts.IDBase)
 	s.log = log.With("session", s.id)
 	s.resume = opts.Resume
@@ -291,7 +287,7 @@ func (s *Session) resumeKernel(ctx context.Context) error {
 	if (s.kc != nil && !s.kc.ended()) || s.resume == nil {
 		return nil
 	}
-	kc, err := s.launchKernel(ctx, true)
+	kc, err := s.startKernel(ctx, true)
 	if err != nil || kc == nil {
 		return err
 	}
@@ -439,7 +435,7 @@ func (s *Session) kernel(ctx context.Context) (*kernelConn, error) {
 	if s.kc != nil && !s.kc.ended() {
 		return s.upgradeIfStale(ctx, s.kc), nil
 	}
-	kc, err := s.startKernel(ctx)
+	kc, err := s.startKernel(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -477,10 +473,7 @@ func (s *Session) Close(ctx context.Context) error {
 
 // Kill ends the session like Close, recording cause as the reason.
 func (s *Session) Kill(ctx context.Context, cause error) error {
-	if cause == nil {
-		cause = errors.New("killed")
-	}
-	return s.end(ctx, cause)
+	return s.end(ctx, cmp.Or(cause, errors.New("killed")))
 }
 
 func (s *Session) end(ctx context.Context, cause error) error {

@@ -102,18 +102,11 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 		}
 	}
 
-	kc.mu.Lock()
-	if err := kc.err; err != nil {
-		kc.mu.Unlock()
+	if err := track(kc, &kc.jobs.runs, r.frameID, r); err != nil {
 		return fail(err)
 	}
-	kc.jobs.runs[r.frameID] = r
-	kc.mu.Unlock()
-
 	if err := kc.writeFrame(ctx, frame); err != nil {
-		kc.mu.Lock()
-		delete(kc.jobs.runs, r.frameID)
-		kc.mu.Unlock()
+		lookup(kc, &kc.jobs.runs, r.frameID, true)
 		return fail(err)
 	}
 	// The job_run may still be in this process's buffers: a caller told of the job before

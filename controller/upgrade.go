@@ -66,7 +66,7 @@ func (s *Session) upgradeLocked(ctx context.Context) (*UpgradeNotice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: snapshot of the namespace: %w", ErrUpgradeFailed, err)
 	}
-	nk, err := s.startKernel(ctx)
+	nk, err := s.startKernel(ctx, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUpgradeFailed, err)
 	}
@@ -137,16 +137,11 @@ func (kc *kernelConn) idle() bool {
 func (kc *kernelConn) internal(ctx context.Context, code string) (string, error) {
 	id := kc.s.nextID("c")
 	c := &cellRun{done: make(chan struct{})}
-	kc.mu.Lock()
-	if kc.err != nil {
-		err := kc.err
-		kc.mu.Unlock()
+	if err := track(kc, &kc.cells, id, c); err != nil {
 		return "", err
 	}
-	kc.cells[id] = c
-	kc.mu.Unlock()
 	if err := kc.writeFrame(ctx, protocol.Execute{ID: id, Code: code}); err != nil {
-		kc.forgetCell(id)
+		lookup(kc, &kc.cells, id, true)
 		return "", err
 	}
 	select {
