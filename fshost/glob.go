@@ -70,14 +70,14 @@ func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 		return nil, fail(op, dir.Path, fsroot.ErrInvalid, "not a directory")
 	}
 	res := &GlobResult{Paths: []string{}}
-	states := g.cache()
+	states := &stateCache{g: g, dirs: map[string]globState{"": g.start()}}
 	err = s.root.WalkDir(ctx, a.Cwd, dir.Path, func(e fsroot.Entry) error {
 		st := g.step(states.of(parentRel(e.Rel)), path.Base(e.Rel))
 		if e.Type.IsDir() {
 			if !g.canDescend(st) {
 				return fs.SkipDir
 			}
-			states.put(e.Rel, st)
+			states.dirs[e.Rel] = st
 			return nil
 		}
 		if g.matches(st) {
@@ -209,12 +209,6 @@ type stateCache struct {
 	g    *globPattern
 	dirs map[string]globState
 }
-
-func (g *globPattern) cache() *stateCache {
-	return &stateCache{g: g, dirs: map[string]globState{"": g.start()}}
-}
-
-func (c *stateCache) put(rel string, st globState) { c.dirs[rel] = st }
 
 func (c *stateCache) of(rel string) globState {
 	if st, ok := c.dirs[rel]; ok {

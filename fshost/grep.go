@@ -160,7 +160,7 @@ func (g *grepRun) run(parent context.Context, at string, filter *globPattern) (*
 	close(jobs)
 	wg.Wait()
 	switch {
-	case g.isStopped():
+	case g.stopped: // read after wg.Wait: no worker writes it any more
 	case parent.Err() != nil:
 		return nil, fail(TypeGrep, at, fsroot.ErrInternal, "%v", parent.Err())
 	case walkErr != nil:
@@ -182,12 +182,6 @@ func (g *grepRun) add(fm *fileMatches) bool {
 	if g.count > g.limit || g.size > g.maxBytes || fm.more {
 		g.stopped = true
 	}
-	return g.stopped
-}
-
-func (g *grepRun) isStopped() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return g.stopped
 }
 
