@@ -39,18 +39,21 @@ func (d localDir) sub(e fs.DirEntry) (dir, error) {
 // tree changes under it. path names the result (os uses it for the lstat
 // fallback of DirEntry.Info and Type on file systems without d_type).
 func openDirAt(dirfd int, name, path string) (*os.File, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, &os.PathError{Op: "openat", Path: path, Err: err}
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// openat is openat(2), again after EINTR.
+func openat(dirfd int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // readIgnoreAt reads and parses the .gitignore in the directory dirfd
@@ -59,14 +62,7 @@ func openDirAt(dirfd int, name, path string) (*os.File, error) {
 // opened for blocking) or one larger than MaxFileSize has no patterns;
 // other errors are returned.
 func readIgnoreAt(dirfd int, dir string) ([]pattern, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat(dirfd, ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := openat(dirfd, ".gitignore", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) ||
 			errors.Is(err, unix.ENXIO) {
