@@ -74,10 +74,7 @@ func gitFiles(ctx context.Context, dir string, limit int) ([]string, error) {
 	out, err := cmd.Output()
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 512 {
-			msg = msg[:512]
-		}
-		return nil, fmt.Errorf("list %s: git ls-files: %w: %s", dir, err, msg)
+		return nil, fmt.Errorf("list %s: git ls-files: %w: %s", dir, err, msg[:min(len(msg), 512)])
 	}
 	var paths []string
 	for raw := range bytes.SplitSeq(out, []byte{0}) {
