@@ -59,14 +59,12 @@ func (d *dialer) authMethods(t Target) ([]xssh.AuthMethod, *authFailure, func())
 		}
 		s, err := xssh.ParsePrivateKey(b)
 		var pm *xssh.PassphraseMissingError
-		if errors.As(err, &pm) {
+		switch {
+		case errors.As(err, &pm):
 			af.passphrase = append(af.passphrase, f)
-			continue
+		case err == nil:
+			signers = append(signers, s)
 		}
-		if err != nil {
-			continue
-		}
-		signers = append(signers, s)
 	}
 	af.keys = len(signers)
 	if len(signers) > 0 {
