@@ -10,22 +10,13 @@ import (
 // line decides on one complete line within the limit (without its newline) that starts
 // at offset in the stream. It returns a *ProtocolFault or nil.
 func (g *Gate) line(line []byte, offset int64) error {
-	switch g.val.object(line) {
-	case vOK:
-	case vUTF8:
+	switch v := g.val.object(line); {
+	case v == vNotObject && len(line) == 0:
+		return newFault(reasonEmpty, offset, line)
+	case v == vNotObject && !utf8.Valid(line):
 		return newFault(reasonUTF8, offset, line)
-	case vDepth:
-		return newFault(reasonDepth, offset, line)
-	case vDupKey:
-		return newFault(reasonDupKey, offset, line)
-	default:
-		switch {
-		case len(line) == 0:
-			return newFault(reasonEmpty, offset, line)
-		case !utf8.Valid(line):
-			return newFault(reasonUTF8, offset, line)
-		}
-		return newFault(reasonNotObject, offset, line)
+	case v != vOK:
+		return newFault(verdictReasons[v], offset, line)
 	}
 	hd := g.heads.fromMembers(line, g.val.members[:g.val.n], g.lim.headSize)
 	if !hd.ok {
@@ -54,6 +45,9 @@ func (g *Gate) line(line []byte, offset int64) error {
 	g.cfg.OnRequest(Request{ID: g.ids.add(hd.id, h), Type: typ, Line: line})
 	return nil
 }
+
+// verdictReasons are the fault reasons of the validator's verdicts.
+var verdictReasons = [...]string{vNotObject: reasonNotObject, vUTF8: reasonUTF8, vDepth: reasonDepth, vDupKey: reasonDupKey}
 
 // oversized decides on a line found to be over the limit, from its head alone.
 func (g *Gate) oversized(line []byte, offset int64) error {
