@@ -154,7 +154,7 @@ func (c *cellRun) finish(d *protocol.Done, err error) {
 // Execute never waits on a kernel that does not read its stdin past that: the kill closes
 // the kernel's stdin and climbs its transport's ladder.
 func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellResult, error) {
-	kc, err := s.kernel(ctx)
+	kc, err := s.kernel(ctx, false)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func (s *Session) ExecuteCell(ctx context.Context, cellID, code string, budget t
 // CellOptions.Timeout).
 func (s *Session) executeCell(ctx context.Context, cellID, code string, budget time.Duration, timeoutMS int64, sink Sink) (JobWait, error) {
 	deadline := s.jobs.table.Clock().Now().Add(budget)
-	kc, err := s.kernel(ctx)
+	kc, err := s.kernel(ctx, false)
 	if err != nil {
 		return JobWait{}, err
 	}

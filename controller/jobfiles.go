@@ -200,17 +200,14 @@ func (f *jobFiles) tail(job *jobs.Job, pool *sync.Pool) {
 		st[i].punched = st[i].punchFrom
 	}
 	wait := time.Millisecond
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(wait) // Reset before each wait: a tick not taken is dropped
 	defer timer.Stop()
-	<-timer.C
 	ending := false
 	for {
 		got := false
 		for i, fl := range f.files {
 			n, err := st[i].read(fl, job, pool, f.keep > 0)
-			if n > 0 {
-				got = true
-			}
+			got = got || n > 0
 			if err != nil && !errors.Is(err, io.EOF) {
 				st[i].broken = true // a file that cannot be read any more; its bytes so far are in
 			}
@@ -238,9 +235,6 @@ func (f *jobFiles) tail(job *jobs.Job, pool *sync.Pool) {
 			ending = true // one more pass reads what was written before the end
 		case <-timer.C:
 			wait = min(2*wait, 64*time.Millisecond)
-		}
-		if ending {
-			timer.Stop()
 		}
 	}
 }

@@ -227,7 +227,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		go s.startInBackground()
 		return s, nil
 	}
-	if _, err := s.kernel(ctx); err != nil {
+	if _, err := s.kernel(ctx, false); err != nil {
 		s.removeSpill()
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func (s *Session) startInBackground() {
 	defer s.attaching.Store(false)
 	delay := resumeBackoff.first
 	for {
-		err := s.resumeKernel(context.Background())
+		_, err := s.kernel(context.Background(), true)
 		s.mu.Lock()
 		pending, closed := s.resume != nil, s.closed
 		s.mu.Unlock()
@@ -273,27 +273,6 @@ func (s *Session) startInBackground() {
 		}
 		delay = min(2*delay, resumeBackoff.max)
 	}
-}
-
-// resumeKernel reaches the kernel to resume, when there is one and no kernel runs; it
-// starts no fresh one (a kernel found gone leaves the session without one, Origin saying
-// why, until a cell needs one).
-func (s *Session) resumeKernel(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("session %s: %w", s.id, s.closedErr())
-	}
-	if (s.kc != nil && !s.kc.ended()) || s.resume == nil {
-		return nil
-	}
-	kc, err := s.startKernel(ctx, true)
-	if err != nil || kc == nil {
-		return err
-	}
-	s.kc = kc
-	s.cur.Store(kc)
-	return nil
 }
 
 // takeLost returns, once, the notice that the session's kernel was lost and a fresh one
@@ -425,18 +404,25 @@ func (s *Session) Kernel() (hello protocol.Hello, info transports.Info, ok bool)
 }
 
 // kernel returns the running kernel, starting one when there is none (the first start, or
-// after the previous one ended).
-func (s *Session) kernel(ctx context.Context) (*kernelConn, error) {
+// after the previous one ended). resumeOnly reaches only the kernel to resume, when there
+// is one and no kernel runs, and starts no fresh one: a kernel found gone leaves the
+// session without one (nil, Origin saying why) until a cell needs one.
+func (s *Session) kernel(ctx context.Context, resumeOnly bool) (*kernelConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, fmt.Errorf("session %s: %w", s.id, s.closedErr())
 	}
-	if s.kc != nil && !s.kc.ended() {
+	switch {
+	case s.kc != nil && !s.kc.ended() && resumeOnly:
+		return s.kc, nil
+	case s.kc != nil && !s.kc.ended():
 		return s.upgradeIfStale(ctx, s.kc), nil
+	case resumeOnly && s.resume == nil:
+		return nil, nil
 	}
-	kc, err := s.startKernel(ctx, false)
-	if err != nil {
+	kc, err := s.startKernel(ctx, resumeOnly)
+	if err != nil || kc == nil {
 		return nil, err
 	}
 	s.kc = kc

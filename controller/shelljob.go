@@ -65,7 +65,7 @@ func (s *Session) runJob(ctx context.Context, command string, opts JobOptions, e
 			return nil, fmt.Errorf("run job: %w", err)
 		}
 	}
-	kc, err := s.kernel(ctx)
+	kc, err := s.kernel(ctx, false)
 	if err != nil {
 		return nil, err
 	}
