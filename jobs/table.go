@@ -79,11 +79,7 @@ func NewTable(opts TableOptions) (*Table, error) {
 	if opts.Retain <= 0 {
 		opts.Retain = DefaultRetain
 	}
-	t := &Table{opts: opts, clock: opts.Clock, captures: captures, next: opts.After}
-	if t.clock == nil {
-		t.clock = realClock{}
-	}
-	return t, nil
+	return &Table{opts: opts, clock: cmp.Or[Clock](opts.Clock, realClock{}), captures: captures, next: opts.After}, nil
 }
 
 // Retains is how many bytes from offset 0 each job's capture retains (its spill limit

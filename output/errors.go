@@ -1,6 +1,7 @@
 package output
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -48,12 +49,7 @@ type ReadError struct {
 // Error reads like "read offset=0 limit=65537: read at most 65536 bytes: use offset=0
 // limit=65536".
 func (e *ReadError) Error() string {
-	msg := fmt.Sprintf("%s offset=%d limit=%d: ", e.Op, e.Offset, e.Limit)
-	if e.Detail != "" {
-		msg += e.Detail
-	} else {
-		msg += e.Err.Error()
-	}
+	msg := fmt.Sprintf("%s offset=%d limit=%d: %s", e.Op, e.Offset, e.Limit, cmp.Or(e.Detail, e.Err.Error()))
 	if e.Use != nil {
 		msg += fmt.Sprintf(": use offset=%d limit=%d", e.Use.Offset, e.Use.Limit)
 	}
