@@ -1,5 +1,7 @@
 package link
 
+import "slices"
+
 // Bounds of the two outboxes (docs/protocol.md, "Outboxes").
 const (
 	// KernelMaxFrames and KernelMaxBytes bound the kernel's outbox; past them it drops.
@@ -80,7 +82,7 @@ func (o *Outbox) Push(frame []byte, key string) uint64 {
 
 func (o *Outbox) remove(i int) {
 	o.bytes -= int64(len(o.entries[i].Frame))
-	o.entries = append(o.entries[:i], o.entries[i+1:]...)
+	o.entries = slices.Delete(o.entries, i, i+1)
 }
 
 // Ack drops every frame with seq at or below n: the other side applied them.
@@ -90,9 +92,7 @@ func (o *Outbox) Ack(n uint64) {
 		o.bytes -= int64(len(o.entries[i].Frame))
 		i++
 	}
-	if i > 0 {
-		o.entries = append(o.entries[:0], o.entries[i:]...)
-	}
+	o.entries = slices.Delete(o.entries, 0, i)
 }
 
 // After returns the waiting frames with seq above seq, in order. The slice is a copy; the
