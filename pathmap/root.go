@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
 
@@ -110,10 +112,13 @@ func (m *Map) ReadFile(ctx context.Context, e fsroot.Entry, buf []byte, max int)
 	if mm == nil || !filepath.IsAbs(p) {
 		return buf[:0], false, newErr(op, e.Path, ErrOutside, nil)
 	}
-	fd, size, err := openRegular(mm.root, strings.Join(rest, "/"), p)
+	fd, st, err := openBeneath(mm.root, strings.Join(rest, "/"), p)
 	if err != nil {
 		return buf[:0], false, err
 	}
 	defer closeFd(fd)
-	return readAll(fd, p, size, buf, max)
+	if fileType(&st) != unix.S_IFREG {
+		return buf[:0], false, newErr(op, p, ErrInvalid, detail("not a regular file")) // closed unread
+	}
+	return readAll(fd, p, st.Size, buf, max)
 }

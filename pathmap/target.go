@@ -74,14 +74,9 @@ func (t Target) Open() (*os.File, error) {
 	case t.typ != unix.S_IFREG:
 		return nil, newErr(op, t.Sandbox(), ErrInvalid, detail("not a regular file"))
 	}
-	fd, err := openat2(t.mnt.root, t.rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0, resolveStrict)
+	fd, st, err := openBeneath(t.mnt.root, t.rel, t.Sandbox())
 	if err != nil {
-		return nil, t.reopenErr(op, err)
-	}
-	st, err := fstat(fd)
-	if err != nil {
-		closeFd(fd)
-		return nil, fromErrno(op, t.Sandbox(), err)
+		return nil, err
 	}
 	if fileType(&st) != unix.S_IFREG || st.Dev != t.dev || st.Ino != t.ino {
 		closeFd(fd)

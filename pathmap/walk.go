@@ -158,25 +158,21 @@ func modeType(typ uint32) fs.FileMode {
 	return 0
 }
 
-// openRegular opens rel beneath dirfd, non-blocking and with no symlink on the way, and
-// checks that it is a regular file (a FIFO or device is closed unread). name is the
-// sandbox path for errors.
-func openRegular(dirfd int, rel, name string) (int, int64, error) {
+// openBeneath opens rel beneath dirfd for reading, non-blocking (a FIFO or device found
+// there is not waited on) and with no symlink on the way, and returns its stat for the
+// caller to check. name is the sandbox path for errors.
+func openBeneath(dirfd int, rel, name string) (int, unix.Stat_t, error) {
 	const op = "open"
 	fd, err := openat2(dirfd, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_NOCTTY, 0, resolveStrict)
 	if err != nil {
-		return -1, 0, reopenErrno(op, name, err)
+		return -1, unix.Stat_t{}, reopenErrno(op, name, err)
 	}
 	st, err := fstat(fd)
 	if err != nil {
 		closeFd(fd)
-		return -1, 0, fromErrno(op, name, err)
+		return -1, st, fromErrno(op, name, err)
 	}
-	if fileType(&st) != unix.S_IFREG {
-		closeFd(fd)
-		return -1, 0, newErr(op, name, ErrInvalid, detail("not a regular file"))
-	}
-	return fd, st.Size, nil
+	return fd, st, nil
 }
 
 // readAll reads an open regular file of size size into buf's storage, grown as needed:
