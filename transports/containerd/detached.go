@@ -2,13 +2,10 @@ package containerd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -54,27 +51,6 @@ func (o Options) kernelGrace() time.Duration {
 	return DefaultKernelGrace
 }
 
-// detachedRun makes a detached kernel's run directory under Options.RunDir, owned by the
-// kernel's uid:gid, and returns its id, token and path; undo removes it.
-func (t *Transport) detachedRun(uid, gid uint32) (kid, token, runDir string, err error) {
-	idb, tok := make([]byte, 8), make([]byte, 32)
-	_, _ = rand.Read(idb) // never fails
-	_, _ = rand.Read(tok)
-	kid, token = hex.EncodeToString(idb), hex.EncodeToString(tok)
-	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
-		return "", "", "", fmt.Errorf("run directory root: %w", err)
-	}
-	runDir = filepath.Join(t.opts.RunDir, kid)
-	if err := os.Mkdir(runDir, 0o700); err != nil {
-		return "", "", "", fmt.Errorf("run directory: %w", err)
-	}
-	if err := os.Chown(runDir, int(uid), int(gid)); err != nil {
-		_ = os.RemoveAll(runDir)
-		return "", "", "", fmt.Errorf("give the run directory to the kernel's user %d:%d (a detached containerd kernel needs a controller that may chown): %w", uid, gid, err)
-	}
-	return kid, token, runDir, nil
-}
-
 // runMount is the OCI spec option binding runDir at its place in the container.
 func runMount(runDir, inside string) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
@@ -106,32 +82,16 @@ func (st *started) attach(ctx context.Context, block string) (_ *detachedKernel,
 		}
 	}()
 	_, werr := io.WriteString(st.dio.Stdin, block)
-	_ = st.dio.Stdin.Close()
-	cctx, ccancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
-	_ = st.task.CloseIO(cctx, client.WithStdinCloser)
-	ccancel()
+	_ = closeStdin(st.dio.Stdin, st.task)
 	if werr != nil {
 		return nil, fmt.Errorf("hand the token to task %s: %w", c.ID(), werr)
 	}
 	early := &kernelstart.HeadBuffer{Limit: 4096}
 	go func() { _, _ = io.Copy(early, st.dio.Stderr) }()
-	launch := linked.NewLaunch(filepath.Join(st.runDir, "kernel.sock"), st.exited)
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cl, err := link.Open(lctx, link.Options{
-		Kernel: st.kid, Token: st.token, Grace: t.opts.kernelGrace(), Dial: launch.Dial,
-		Backoff: link.Backoff{First: time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
-	})
+	cl, log, err := linked.Open(ctx, st.runDir, st.kid, st.token, t.opts.kernelGrace(), st.exited)
 	if err != nil {
-		select { // let the stderr of a kernel that ended arrive
-		case <-st.exited:
-			time.Sleep(100 * time.Millisecond)
-		case <-time.After(time.Second):
-		}
-		log, _ := os.ReadFile(filepath.Join(st.runDir, "kernel.log"))
 		return nil, fmt.Errorf("attach to detached kernel in task %s: %w (stderr %q, kernel.log %q)", c.ID(), err, early.String(), log)
 	}
-	launch.Started()
 	_ = st.dio.Close() // its FIFOs: the kernel's stdio is its kernel.log now
 	h := cl.Hello()
 	rec := transports.Record{Transport: Name, Kernel: st.kid, RunDir: st.runDir, Token: st.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: t.opts.kernelGrace(), Where: c.ID()}

@@ -48,7 +48,7 @@
 // stdin, then signals SIGTERM and SIGKILL through the task; the end deletes the task, the
 // container and its snapshot. The objects made for a kernel carry the Docker transport's
 // owner labels, and the lease that holds them while they are made expires after LeaseTTL;
-// Sweep (SweepDaemon, at a controller's start) removes what controllers that are gone left.
+// Sweep (at a controller's start) removes what controllers that are gone left.
 // A task ended by the memory limit (its OOM event, then SIGKILL) reports Exit.OOM, which
 // the controller turns into controller.ErrOOM.
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -81,9 +82,7 @@ type ImportOptions struct {
 // involved. Other images the archive holds are imported as well and left named as they
 // are.
 func ImportArchive(ctx context.Context, cli *client.Client, archive io.Reader, bundle *images.Bundle, o ImportOptions) (kernelimage.Status, error) {
-	if o.Ref == "" {
-		o.Ref = Ref(bundle)
-	}
+	o.Ref = cmp.Or(o.Ref, Ref(bundle))
 	o.Snapshotter = cmp.Or(o.Snapshotter, DefaultSnapshotter)
 	ctx, done, err := cli.WithLease(ctx)
 	if err != nil {
@@ -94,15 +93,11 @@ func ImportArchive(ctx context.Context, cli *client.Client, archive io.Reader, b
 	if err != nil {
 		return kernelimage.Status{Ref: o.Ref}, fmt.Errorf("import %s: %w: %w", o.Ref, kernelimage.ErrBuild, classify(err))
 	}
-	found := false
+	var names []string
 	for _, im := range imgs {
-		found = found || im.Name == o.Ref
+		names = append(names, im.Name)
 	}
-	if !found {
-		var names []string
-		for _, im := range imgs {
-			names = append(names, im.Name)
-		}
+	if !slices.Contains(names, o.Ref) {
 		return kernelimage.Status{Ref: o.Ref}, fmt.Errorf("import %s: the archive names %q: %w", o.Ref, names, kernelimage.ErrBuild)
 	}
 	img, err := cli.GetImage(ctx, o.Ref)
@@ -120,9 +115,7 @@ func ImportArchive(ctx context.Context, cli *client.Client, archive io.Reader, b
 // into ImportArchive. When cli already holds a current image it does nothing and reports
 // imported false.
 func ImportFromDocker(ctx context.Context, cli *client.Client, save func(ctx context.Context, ref string) (io.ReadCloser, error), bundle *images.Bundle, o ImportOptions) (st kernelimage.Status, imported bool, err error) {
-	if o.Ref == "" {
-		o.Ref = Ref(bundle)
-	}
+	o.Ref = cmp.Or(o.Ref, Ref(bundle))
 	if st, err := Check(ctx, cli, o.Ref, bundle); err == nil {
 		return st, false, nil
 	} else if !errors.Is(err, ErrImageMissing) && !errors.Is(err, ErrImageStale) {

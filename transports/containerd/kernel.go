@@ -2,10 +2,8 @@ package containerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"syscall"
 	"time"
 
@@ -23,7 +21,7 @@ import (
 // use; see transports.Kernel.
 type Kernel struct {
 	info   transports.Info
-	stdin  *stdinFIFO
+	stdin  *kernelstart.Stdin
 	stdout *kernelstart.CutReader
 	watch  *transports.Watch
 
@@ -51,7 +49,7 @@ func newKernel(t *Transport, c client.Container, task client.Task, dio *cio.Dire
 	}
 	k := &Kernel{
 		info:       transports.Info{Transport: Name, ID: c.ID()},
-		stdin:      &stdinFIFO{w: dio.Stdin, task: task},
+		stdin:      kernelstart.NewStdin(dio.Stdin, func() error { return closeStdin(dio.Stdin, task) }),
 		stdout:     kernelstart.NewCutReader(dio.Stdout, func() { _ = dio.Stdout.Close() }),
 		stderrDone: make(chan struct{}),
 	}
@@ -161,39 +159,13 @@ func (k *Kernel) drain(d time.Duration) {
 	t.Stop()
 }
 
-// stdinFIFO is the write end of the stdin FIFO.
-type stdinFIFO struct {
-	mu     sync.Mutex
-	w      io.WriteCloser
-	task   client.Task
-	closed bool
-}
-
-var errStdinClosed = errors.New("kernel stdin closed")
-
-func (s *stdinFIFO) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return 0, errStdinClosed
-	}
-	return s.w.Write(p)
-}
-
-// Close closes our write end, then has the shim close its own (CloseIO with
-// WithStdinCloser): only then does the kernel read EOF.
-func (s *stdinFIFO) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	werr := s.w.Close()
+// closeStdin closes our write end of the stdin FIFO, then has the shim close its own
+// (CloseIO with WithStdinCloser): only then does the kernel read EOF.
+func closeStdin(w io.Closer, task client.Task) error {
+	werr := w.Close()
 	ctx, cancel := context.WithTimeout(nsCtx(context.Background()), 10*time.Second)
 	defer cancel()
-	if err := s.task.CloseIO(ctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
 		return fmt.Errorf("close kernel stdin: %w", err)
 	}
 	return werr

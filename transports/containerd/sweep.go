@@ -51,11 +51,10 @@ type SweepResult struct {
 // another host, are kept. Errors of single removals are joined; the rest go on.
 func Sweep(ctx context.Context, cli *client.Client, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	self, err := o.Self.OrSelf()
-	if err != nil {
+	var err error
+	if o.Self, err = o.Self.OrSelf(); err != nil {
 		return res, err
 	}
-	o.Self = self
 	o.Snapshotter = cmp.Or(o.Snapshotter, DefaultSnapshotter)
 	o.FIFODir = cmp.Or(o.FIFODir, DefaultFIFODir())
 	ctx = nsCtx(ctx)
@@ -185,27 +184,4 @@ func sweepable(labels map[string]string, o SweepOptions) bool {
 		return false
 	}
 	return owner.Sweepable(o.Self, o.Keep, labels[LabelSession])
-}
-
-// DaemonSweepOptions configure SweepDaemon.
-type DaemonSweepOptions struct {
-	// ConnectOptions say which containerd to sweep.
-	ConnectOptions
-	// Self is the sweeping controller. The zero value means docker.Self().
-	Self docker.Controller
-	// Snapshotter and FIFODir are as in SweepOptions.
-	Snapshotter, FIFODir string
-}
-
-// SweepDaemon is the sweep a controller runs when it starts: it connects (Connect) and
-// removes the objects of the controllers of this host that are gone (Sweep's rule), and no
-// other: Self's own are all kept, so it may run beside Self's starts. With no daemon to
-// reach it returns an error matching transports.ErrUnavailable, having changed nothing.
-func SweepDaemon(ctx context.Context, o DaemonSweepOptions) (SweepResult, error) {
-	cli, err := Connect(ctx, o.ConnectOptions)
-	if err != nil {
-		return SweepResult{}, fmt.Errorf("sweep: %w", err)
-	}
-	defer cli.Close()
-	return Sweep(ctx, cli, SweepOptions{Self: o.Self, Keep: func(string) bool { return true }, Snapshotter: o.Snapshotter, FIFODir: o.FIFODir})
 }

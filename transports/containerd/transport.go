@@ -24,6 +24,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/linked"
 	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 )
 
@@ -49,14 +50,13 @@ func New(cli *client.Client, opts Options) (*Transport, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("new containerd transport: %w", &transports.FieldError{Field: "cli", Reason: "no containerd client"})
 	}
-	if err := opts.check(); err != nil {
-		return nil, err
-	}
-	self, err := opts.Controller.OrSelf()
+	err := opts.check()
 	if err != nil {
 		return nil, err
 	}
-	opts.Controller = self
+	if opts.Controller, err = opts.Controller.OrSelf(); err != nil {
+		return nil, err
+	}
 	opts.Runtime = cmp.Or(opts.Runtime, DefaultRuntime)
 	opts.Snapshotter = cmp.Or(opts.Snapshotter, DefaultSnapshotter)
 	opts.FIFODir = cmp.Or(opts.FIFODir, DefaultFIFODir())
@@ -191,7 +191,7 @@ func (t *Transport) create(ctx context.Context, spec transports.Spec, pooled boo
 	st := &started{t: t, imgEnv: img.config.Env}
 	labels := ownerLabels(t.opts.Controller, spec.SessionID)
 	if t.opts.RunDir != "" {
-		if st.kid, st.token, st.runDir, err = t.detachedRun(uid, gid); err != nil {
+		if st.kid, st.token, st.runDir, err = linked.NewRun(t.opts.RunDir, int(uid), int(gid), "containerd"); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -205,18 +205,8 @@ func (t *Transport) create(ctx context.Context, spec transports.Spec, pooled boo
 		}
 	}
 
-	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
-	var undo []func(context.Context)
-	defer func() {
-		if err == nil {
-			return
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i](uctx)
-		}
-	}()
+	var undo kernelstart.Undo
+	defer undo.Run(ctx, &err)
 
 	lctx, done, err := t.cli.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(LeaseTTL), leases.WithLabels(labels))
 	if err != nil {

@@ -2,14 +2,11 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -111,25 +108,15 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 	if err != nil {
 		return nil, err
 	}
-	idb, tok := make([]byte, 8), make([]byte, 32)
-	_, _ = rand.Read(idb) // never fails
-	_, _ = rand.Read(tok)
-	c := &detachedContainer{kid: hex.EncodeToString(idb), token: hex.EncodeToString(tok), tr: t}
-	if err := os.MkdirAll(t.opts.RunDir, 0o700); err != nil {
-		return nil, fmt.Errorf("run directory root: %w", err)
-	}
-	c.runDir = filepath.Join(t.opts.RunDir, c.kid)
-	if err := os.Mkdir(c.runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("run directory: %w", err)
+	c := &detachedContainer{tr: t}
+	if c.kid, c.token, c.runDir, err = linked.NewRun(t.opts.RunDir, uid, gid, "Docker"); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(c.runDir)
 		}
 	}()
-	if err := os.Chown(c.runDir, uid, gid); err != nil {
-		return nil, fmt.Errorf("give the run directory to the kernel's user %d:%d (a detached Docker kernel needs a controller that may chown): %w", uid, gid, err)
-	}
 	opts := t.createOptions(image, bc.bundle, spec)
 	c.inside = path.Join(ContainerRunRoot, c.kid)
 	opts.Config.Env = t.env(bc.bundle, spec, "", c.inside)
@@ -206,20 +193,8 @@ func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, blo
 	if werr != nil {
 		return nil, fmt.Errorf("hand the token to container %.12s: %w", c.id, werr)
 	}
-	launch := linked.NewLaunch(filepath.Join(c.runDir, "kernel.sock"), c.exited)
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cl, err := link.Open(lctx, link.Options{
-		Kernel: c.kid, Token: c.token, Grace: kernelGrace(t.opts.KernelGrace), Dial: launch.Dial,
-		Backoff: link.Backoff{First: time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
-	})
+	cl, log, err := linked.Open(ctx, c.runDir, c.kid, c.token, kernelGrace(t.opts.KernelGrace), c.exited)
 	if err != nil {
-		select { // let the stderr of a kernel that ended arrive
-		case <-c.exited:
-			time.Sleep(100 * time.Millisecond)
-		case <-time.After(time.Second):
-		}
-		log, _ := os.ReadFile(filepath.Join(c.runDir, "kernel.log"))
 		select {
 		case <-c.exited:
 			if exit, _ := c.result(); exit.Code == 126 || exit.Code == 127 { // the interpreter could not be run
@@ -229,7 +204,6 @@ func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, blo
 		}
 		return nil, fmt.Errorf("attach to detached kernel in container %.12s: %w (stderr %q, kernel.log %q)", c.id, err, c.early.String(), log)
 	}
-	launch.Started()
 	h := cl.Hello()
 	rec := transports.Record{Transport: Name, Kernel: c.kid, RunDir: c.runDir, Token: c.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Where: c.id}
 	k := t.runDetached(cl, rec, c.exited, c.result, c.stopWait)

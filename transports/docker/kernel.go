@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // Kernel is a kernel running in a container (run mode) or as an exec (exec mode). It is
@@ -21,8 +20,8 @@ import (
 type Kernel struct {
 	info   transports.Info
 	conn   client.HijackedResponse
-	stdin  *stdinConn
-	stdout *stdout
+	stdin  *kernelstart.Stdin
+	stdout *kernelstart.CutReader
 	watch  *transports.Watch // set by the mode's start
 
 	demuxDone chan struct{} // closed when the attached stream has been read to its end
@@ -43,10 +42,15 @@ func newKernel(info transports.Info, conn client.HijackedResponse, stderr io.Wri
 	}
 	pr, pw := io.Pipe()
 	k := &Kernel{
-		info:      info,
-		conn:      conn,
-		stdin:     &stdinConn{conn: conn},
-		stdout:    &stdout{pr: pr},
+		info: info,
+		conn: conn,
+		stdin: kernelstart.NewStdin(conn.Conn, func() error {
+			if err := conn.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			return nil
+		}),
+		stdout:    kernelstart.NewCutReader(pr, func() { pr.CloseWithError(errStdoutCut) }),
 		demuxDone: make(chan struct{}),
 	}
 	go func() {
@@ -125,65 +129,11 @@ func (k *Kernel) drain(d time.Duration) {
 	k.cut()
 }
 
-// cut ends Stdout unless the attached stream was read to its end, and waits for the
-// demultiplexer.
+// cut ends Stdout unless it was read to its end (the write in flight fails, reads end
+// with EOF), and waits for the demultiplexer.
 func (k *Kernel) cut() {
-	select {
-	case <-k.demuxDone:
-	default:
-		k.stdout.isCut.Store(true)
-		k.stdout.pr.CloseWithError(errStdoutCut)
-	}
+	k.stdout.Cut()
 	<-k.demuxDone
 }
 
 var errStdoutCut = errors.New("kernel stdout cut: nobody read it")
-
-// stdout is the kernel's stdout, demultiplexed from the attached stream through a pipe:
-// a frame is not taken from the stream before the caller reads it. Once cut (the kernel
-// has ended and nobody read what it still wrote), the write in flight fails and reads end
-// with EOF.
-type stdout struct {
-	pr    *io.PipeReader
-	isCut atomic.Bool
-}
-
-func (s *stdout) Read(p []byte) (int, error) {
-	n, err := s.pr.Read(p)
-	if err != nil && s.isCut.Load() {
-		return n, io.EOF
-	}
-	return n, err
-}
-
-// stdinConn is the write side of the attached stream; Close half-closes it.
-type stdinConn struct {
-	mu     sync.Mutex
-	conn   client.HijackedResponse
-	closed bool
-}
-
-var errStdinClosed = errors.New("kernel stdin closed")
-
-func (s *stdinConn) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return 0, errStdinClosed
-	}
-	return s.conn.Conn.Write(p)
-}
-
-func (s *stdinConn) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	if err := s.conn.CloseWrite(); err != nil && !errors.Is(err, net.ErrClosed) {
-		return err
-	}
-	return nil
-}

@@ -50,11 +50,10 @@ type SweepResult struct {
 // joined; the rest go on.
 func Sweep(ctx context.Context, cli client.APIClient, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	self, err := o.Self.OrSelf()
-	if err != nil {
+	var err error
+	if o.Self, err = o.Self.OrSelf(); err != nil {
 		return res, err
 	}
-	o.Self = self
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
 		Filters: make(client.Filters).Add("label", LabelKennel+"=1"),

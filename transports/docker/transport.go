@@ -37,14 +37,13 @@ func New(cli client.APIClient, opts Options) (*Transport, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("new docker transport: %w", &transports.FieldError{Field: "cli", Reason: "no engine client"})
 	}
-	if err := opts.check(); err != nil {
-		return nil, err
-	}
-	self, err := opts.Controller.OrSelf()
+	err := opts.check()
 	if err != nil {
 		return nil, err
 	}
-	opts.Controller = self
+	if opts.Controller, err = opts.Controller.OrSelf(); err != nil {
+		return nil, err
+	}
 	opts.Mounts = append(opts.Mounts[:0:0], opts.Mounts...)
 	exec := opts.Container != ""
 	if opts.RunDir != "" {

@@ -17,6 +17,8 @@ import (
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/klog/v2"
 	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
 )
 
 // execURL is the exec subresource of pod's Container running argv with stdin and stdout
@@ -118,13 +120,10 @@ func (s *execStream) Write(b []byte) (int, error) {
 		return n, err
 	}
 	if err != nil {
-		return n, errStdinClosed
+		return n, kernelstart.ErrStdinClosed
 	}
 	return n, nil
 }
-
-// errStdinClosed is a write to a command's stdin once it was closed or the command ended.
-var errStdinClosed = errors.New("kernel stdin closed")
 
 // CloseWrite closes the command's stdin: the stream carries its end (a WebSocket CLOSE of
 // the stdin channel, or SPDY's half-close) and the command reads EOF.

@@ -156,27 +156,20 @@ func (p *Pool) start(ctx context.Context, t *Transport, uid, gid int64) (_ *pool
 	id := make([]byte, 8)
 	_, _ = rand.Read(id) // never fails
 	pp := &pooledPod{t: t, name: podName(id), kernel: hex.EncodeToString(id), exited: make(chan struct{})}
-	var undo []func(context.Context)
-	defer func() {
-		if err == nil {
-			return
-		}
+	var undo kernelstart.Undo
+	defer undo.Run(ctx, &err)
+	pod, err := t.makePod(ctx, pp.name, "", uid, gid, &undo)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, func(context.Context) {
 		if pp.ns != nil {
 			_ = pp.ns.Close()
 		}
 		if pp.cmd != nil {
 			_ = pp.cmd.Close()
 		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i](uctx)
-		}
-	}()
-	pod, err := t.makePod(ctx, pp.name, "", uid, gid, &undo)
-	if err != nil {
-		return nil, err
-	}
+	})
 	var cid string
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name == Container {

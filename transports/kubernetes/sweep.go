@@ -54,11 +54,10 @@ type SweepResult struct {
 // removals are joined; the rest go on.
 func Sweep(ctx context.Context, cli *Client, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
-	self, err := o.Self.OrSelf()
-	if err != nil {
+	var err error
+	if o.Self, err = o.Self.OrSelf(); err != nil {
 		return res, err
 	}
-	o.Self = self
 	ns := cmp.Or(o.Namespace, cli.Namespace())
 	sel := metav1.ListOptions{LabelSelector: LabelKennel + "=1"}
 	pods, err := cli.clientset.CoreV1().Pods(ns).List(ctx, sel)

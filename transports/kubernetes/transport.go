@@ -59,14 +59,13 @@ func New(cli *Client, opts Options) (*Transport, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("new kubernetes transport: %w", &transports.FieldError{Field: "cli", Reason: "no kubernetes client"})
 	}
-	if err := opts.check(); err != nil {
-		return nil, err
-	}
-	self, err := opts.Controller.OrSelf()
+	err := opts.check()
 	if err != nil {
 		return nil, err
 	}
-	opts.Controller = self
+	if opts.Controller, err = opts.Controller.OrSelf(); err != nil {
+		return nil, err
+	}
 	b, err := images.Stub()
 	if err != nil {
 		return nil, err
@@ -142,18 +141,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		}
 	}
 
-	// Unwind: a start that fails half-way leaves nothing, whatever became of ctx.
-	var undo []func(context.Context)
-	defer func() {
-		if err == nil {
-			return
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i](uctx)
-		}
-	}()
+	var undo kernelstart.Undo
+	defer undo.Run(ctx, &err)
 	pod, err := t.makePod(ctx, name, spec.SessionID, uid, gid, &undo)
 	if err != nil {
 		return nil, err
@@ -203,9 +192,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 
 // makePod makes pod name's NetworkPolicy (unless Options.AllowNetwork) and the pod, for
 // session ("" for a pool's pod) as uid:gid, and waits until it runs. What it makes is
-// undone by the functions it appends to undo (each added before its object is asked for,
-// so one a cancelled request made after all goes too), which the caller runs on error.
-func (t *Transport) makePod(ctx context.Context, name, session string, uid, gid int64, undo *[]func(context.Context)) (*corev1.Pod, error) {
+// undone by the functions it adds to undo, which the caller runs on error.
+func (t *Transport) makePod(ctx context.Context, name, session string, uid, gid int64, undo *kernelstart.Undo) (*corev1.Pod, error) {
 	if !t.opts.AllowNetwork {
 		*undo = append(*undo, func(ctx context.Context) { _ = t.deletePolicy(ctx, name) })
 		if _, err := t.cli.clientset.NetworkingV1().NetworkPolicies(t.ns).Create(ctx, t.policy(name, session), metav1.CreateOptions{}); err != nil {

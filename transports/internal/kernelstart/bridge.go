@@ -36,12 +36,10 @@ var bridgeSource string
 // bridgeFuncs defines the bridge without running it.
 var bridgeFuncs = images.PythonProgram(strings.ReplaceAll(bridgeSource, "BRIDGE_READY\\n", strings.TrimSuffix(BridgeReady, "\n")+"\\n"))
 
-var bridgeProgram = bridgeFuncs + "import os, sys\n_kennel_bridge([os.fsencode(a) for a in sys.argv[1:]] or [b''])\n"
-
-// BridgeProgram returns the -c program of the bridge's actions (bridge.py): run as
+// bridgeProgram is the -c program of the bridge's actions (bridge.py): run as
 // `python -I -S -c PROGRAM ACTION ARG...` in the kernel's sandbox, with attach RUN,
 // signal RUN PID PGID LEADER TERM|KILL, or cleanup RUN.
-func BridgeProgram() string { return bridgeProgram }
+var bridgeProgram = bridgeFuncs + "import os, sys\n_kennel_bridge([os.fsencode(a) for a in sys.argv[1:]] or [b''])\n"
 
 // DetachedProgram is Program(next) for a detached kernel reached through bridges: the
 // start program's parent, once it has forked the kernel (KENNEL_KERNEL_RUN in the block),

@@ -26,7 +26,7 @@ import (
 // bridge runs the bridge program with args and stdin, and returns what it wrote.
 func bridge(t *testing.T, python string, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(python, append([]string{"-I", "-S", "-c", BridgeProgram()}, args...)...)
+	cmd := exec.Command(python, append([]string{"-I", "-S", "-c", bridgeProgram}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -122,7 +122,7 @@ print("closed", flush=True)
 		if up, err := lines.ReadString('\n'); up != "up\n" {
 			t.Fatalf("listener: %q, %v", up, err)
 		}
-		cmd := exec.Command(python, "-I", "-S", "-c", BridgeProgram(), "attach", dir)
+		cmd := exec.Command(python, "-I", "-S", "-c", bridgeProgram, "attach", dir)
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		if err := cmd.Start(); err != nil {

@@ -46,8 +46,9 @@ type Bridged struct {
 }
 
 // BridgedKernel is a detached kernel reached through bridges (Bridged). It is a
-// transports.Kernel and a transports.Detachable; its pids are its sandbox's (Info.PID is
-// 0).
+// transports.Kernel and a transports.Detachable; its Info names the transport and the
+// kernel's place (Bridged.Where and its run directory), its pids are its sandbox's
+// (Info.PID is 0).
 //
 // Kill sends shutdown over the link and waits StdinGrace, then runs the signal bridge with
 // TERM for the kernel's group and waits TermGrace, then with KILL (the kernel stopped,
@@ -59,12 +60,9 @@ type Bridged struct {
 // status is its sandbox's, not known here), and after Detach an error matching
 // link.ErrDetached: the kernel runs on.
 type BridgedKernel struct {
-	*linked.Streams
-	b      Bridged
-	client *link.Client
-	rec    transports.Record
-	info   transports.Info
-	watch  *transports.Watch
+	linked.Kernel
+	b     Bridged
+	watch *transports.Watch
 
 	mu     sync.Mutex
 	ctlErr error // the last signal bridge's failure, for Kill's error
@@ -189,8 +187,7 @@ func (b Bridged) newKernel(client *link.Client, rec transports.Record) *BridgedK
 	if b.Where != "" {
 		id = b.Where + ":" + rec.RunDir
 	}
-	k := &BridgedKernel{b: b, client: client, rec: rec, info: transports.Info{Transport: b.Transport, ID: id}}
-	k.Streams = linked.New(client)
+	k := &BridgedKernel{Kernel: linked.NewKernel(client, transports.Info{Transport: b.Transport, ID: id}, rec), b: b}
 	k.watch = transports.NewWatch(transports.WatchSpec{
 		What: fmt.Sprintf("detached %s kernel %s", b.Transport, rec.Kernel),
 		Steps: []transports.Step{
@@ -233,8 +230,9 @@ func (b Bridged) newKernel(client *link.Client, rec transports.Record) *BridgedK
 func (k *BridgedKernel) signal(sig string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code, _, said, err := RunBridge(ctx, k.b.Run, BridgeArgv(k.b.Prefix, k.b.Python, "signal", k.rec.RunDir,
-		strconv.Itoa(k.rec.PID), strconv.Itoa(k.rec.PGID), strconv.FormatUint(k.rec.Leader, 10), sig))
+	rec := k.Record()
+	code, _, said, err := RunBridge(ctx, k.b.Run, BridgeArgv(k.b.Prefix, k.b.Python, "signal", rec.RunDir,
+		strconv.Itoa(rec.PID), strconv.Itoa(rec.PGID), strconv.FormatUint(rec.Leader, 10), sig))
 	if err == nil && code != 0 && code != BridgeGone {
 		err = &BridgeError{Action: "signal", Code: code, Stderr: said}
 	}
@@ -244,15 +242,6 @@ func (k *BridgedKernel) signal(sig string) {
 		k.mu.Unlock()
 	}
 }
-
-// Info reports the transport and the kernel's place (Bridged.Where and its run
-// directory); no host pid.
-func (k *BridgedKernel) Info() transports.Info { return k.info }
-
-// SetPool sets Info().Pool: whether the kernel came from a warm pool (transports.PoolHit)
-// or started cold beside one (transports.PoolMiss). It is called before the kernel is
-// anyone's but its transport's.
-func (k *BridgedKernel) SetPool(word string) { k.info.Pool = word }
 
 // Kill ends the kernel in the stages BridgedKernel describes and returns once the link
 // has proven it gone and its run directory is removed, or ctx ends: then the error says
@@ -276,16 +265,3 @@ func (k *BridgedKernel) Kill(ctx context.Context) error {
 // link.ErrDetached, the kernel running on; reattaching out of tries, link.ErrUnreachable.
 // A kernel found killed that Kill did not kill (it left its socket) is ErrKilledOutside.
 func (k *BridgedKernel) Wait() (transports.Exit, error) { return k.watch.Wait() }
-
-// Detach closes the link; the kernel runs on, alone, for its grace.
-func (k *BridgedKernel) Detach() error { return k.client.Close() }
-
-// Record is what reattaching takes, with the frames applied so far.
-func (k *BridgedKernel) Record() transports.Record {
-	rec := k.rec
-	rec.Applied = k.client.Applied()
-	return rec
-}
-
-// Link is the kernel's link.
-func (k *BridgedKernel) Link() *link.Client { return k.client }

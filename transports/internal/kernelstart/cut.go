@@ -1,6 +1,7 @@
 package kernelstart
 
 import (
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -58,4 +59,43 @@ func (c *CutReader) Drain(d time.Duration) {
 	case <-t.C:
 	}
 	c.Cut()
+}
+
+// ErrStdinClosed is a write to a kernel's Stdin after its Close.
+var ErrStdinClosed = errors.New("kernel stdin closed")
+
+// Stdin is a kernel's standard input: writes go to w until Close, which runs end once and
+// makes later writes fail with ErrStdinClosed (a later Close returns nil). Safe for
+// concurrent use.
+type Stdin struct {
+	w   io.Writer
+	end func() error
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewStdin returns the Stdin writing to w whose Close runs end.
+func NewStdin(w io.Writer, end func() error) *Stdin { return &Stdin{w: w, end: end} }
+
+// Write writes p to the kernel's stdin, or fails with ErrStdinClosed after Close.
+func (s *Stdin) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return 0, ErrStdinClosed
+	}
+	return s.w.Write(p)
+}
+
+// Close ends the kernel's stdin (end's error) the first time it is called.
+func (s *Stdin) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.end()
 }

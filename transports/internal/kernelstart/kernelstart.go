@@ -1,6 +1,7 @@
 package kernelstart
 
 import (
+	"context"
 	_ "embed"
 	"encoding/binary"
 	"fmt"
@@ -171,4 +172,21 @@ func (b Block) Encode() ([]byte, error) {
 func BootProgram() string {
 	argv := images.KernelArgv("python3", "/")
 	return argv[len(argv)-2]
+}
+
+// Undo is a start's cleanup stack: a function per thing made, each added before the thing
+// is asked for (so one that a cancelled request made after all goes too).
+type Undo []func(context.Context)
+
+// Run, when *err is set, runs the stack newest first, on ctx's values with 30 s of their
+// own: a start that fails half-way leaves nothing, whatever became of ctx. It is deferred.
+func (u *Undo) Run(ctx context.Context, err *error) {
+	if *err == nil {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, f := range slices.Backward(*u) {
+		f(uctx)
+	}
 }

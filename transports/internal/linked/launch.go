@@ -2,9 +2,12 @@ package linked
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
@@ -45,32 +48,106 @@ func (l *Launch) Dial(ctx context.Context) (net.Conn, error) {
 	return c, err
 }
 
-// Detached is a detached kernel of a container transport (Docker's run mode, containerd):
-// its streams are its link's, its end is its Watch's, and it is let go of and recorded
-// the same way for both. A transport makes it with NewDetached, then sets Watch (whose
-// steps use the kernel's Stdin) before handing it out.
-type Detached struct {
+// NewRun makes a new detached kernel's run directory under root (root made 0700 when
+// missing): 0700, given to the kernel's uid:gid. It returns the kernel's fresh id (the
+// directory's name) and token, and the directory; kind names the transport ("Docker")
+// in the error of a chown refused. On error nothing is left.
+func NewRun(root string, uid, gid int, kind string) (kid, token, runDir string, err error) {
+	idb, tok := make([]byte, 8), make([]byte, 32)
+	_, _ = rand.Read(idb) // never fails
+	_, _ = rand.Read(tok)
+	kid, token = hex.EncodeToString(idb), hex.EncodeToString(tok)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", "", "", fmt.Errorf("run directory root: %w", err)
+	}
+	runDir = filepath.Join(root, kid)
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return "", "", "", fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Chown(runDir, uid, gid); err != nil {
+		_ = os.RemoveAll(runDir)
+		return "", "", "", fmt.Errorf("give the run directory to the kernel's user %d:%d (a detached %s kernel needs a controller that may chown): %w", uid, gid, kind, err)
+	}
+	return kid, token, runDir, nil
+}
+
+// Open opens the first link of a detached kernel just started in a container, with its
+// run directory runDir on this host: its kernel.sock, dialled through a Launch (exited
+// closes at the kernel's end) for up to 30 s. A failure waits for what a kernel that ended
+// still says to arrive (up to a second) and returns its kernel.log with the error.
+func Open(ctx context.Context, runDir, kid, token string, grace time.Duration, exited <-chan struct{}) (cl *link.Client, log []byte, err error) {
+	launch := NewLaunch(filepath.Join(runDir, "kernel.sock"), exited)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, err = link.Open(lctx, link.Options{
+		Kernel: kid, Token: token, Grace: grace, Dial: launch.Dial,
+		Backoff: link.Backoff{First: time.Millisecond, Max: 100 * time.Millisecond, Tries: 300},
+	})
+	if err != nil {
+		select {
+		case <-exited:
+			time.Sleep(100 * time.Millisecond)
+		case <-time.After(time.Second):
+		}
+		log, _ = os.ReadFile(filepath.Join(runDir, "kernel.log"))
+		return nil, log, err
+	}
+	launch.Started()
+	return cl, nil, nil
+}
+
+// Kernel is what every detached kernel over a link has, whatever its transport: the
+// link's streams, its Info, its Record and the link itself. Its transport adds the kill
+// and the end.
+type Kernel struct {
 	*Streams
 	client *link.Client
 	info   transports.Info
 	rec    transports.Record
+}
+
+// NewKernel is the kernel reached over cl, named info, recorded as rec.
+func NewKernel(cl *link.Client, info transports.Info, rec transports.Record) Kernel {
+	return Kernel{Streams: New(cl), client: cl, info: info, rec: rec}
+}
+
+// Info is the kernel's Info.
+func (k *Kernel) Info() transports.Info { return k.info }
+
+// SetJobOutDir sets Info.JobOutDir (where the kernel sees the session's FIFO directory).
+func (k *Kernel) SetJobOutDir(dir string) { k.info.JobOutDir = dir }
+
+// SetPool sets Info.Pool: whether the kernel came from a warm pool (transports.PoolHit)
+// or started cold beside one (transports.PoolMiss). It is called before the kernel is
+// anyone's but its transport's.
+func (k *Kernel) SetPool(word string) { k.info.Pool = word }
+
+// Detach lets the kernel go: its link closes and it runs on, alone, for its grace.
+func (k *Kernel) Detach() error { return k.client.Close() }
+
+// Record is what a later controller reattaches from, its applied seq current.
+func (k *Kernel) Record() transports.Record {
+	r := k.rec
+	r.Applied = k.client.Applied()
+	return r
+}
+
+// Link is the kernel's link.
+func (k *Kernel) Link() *link.Client { return k.client }
+
+// Detached is a detached kernel of a container transport (Docker's run mode, containerd):
+// a Kernel whose end is its Watch's. A transport makes it with NewDetached, then sets
+// Watch (whose steps use the kernel's Stdin) before handing it out.
+type Detached struct {
+	Kernel
 	// Watch stages the kernel's kill and reaps it. Required.
 	Watch *transports.Watch
 }
 
 // NewDetached is the kernel reached over cl, named info, recorded as rec.
 func NewDetached(cl *link.Client, info transports.Info, rec transports.Record) *Detached {
-	return &Detached{Streams: New(cl), client: cl, info: info, rec: rec}
+	return &Detached{Kernel: NewKernel(cl, info, rec)}
 }
-
-// Info is the kernel's Info.
-func (k *Detached) Info() transports.Info { return k.info }
-
-// SetJobOutDir sets Info.JobOutDir (where the kernel sees the session's FIFO directory).
-func (k *Detached) SetJobOutDir(dir string) { k.info.JobOutDir = dir }
-
-// SetPool sets Info.Pool (whether a warm pool handed the kernel out).
-func (k *Detached) SetPool(word string) { k.info.Pool = word }
 
 // Kill ends the kernel through its Watch's stages.
 func (k *Detached) Kill(ctx context.Context) error { return k.Watch.Kill(ctx) }
@@ -83,19 +160,6 @@ func (k *Detached) Ended() <-chan struct{} { return k.Watch.Ended() }
 
 // Exit returns how the kernel ended, once Ended is closed (transports.Ender).
 func (k *Detached) Exit() transports.Exit { return k.Watch.Exit() }
-
-// Detach lets the kernel go: its link closes and it runs on for its grace.
-func (k *Detached) Detach() error { return k.client.Close() }
-
-// Record is what a later controller reattaches from, its applied seq current.
-func (k *Detached) Record() transports.Record {
-	r := k.rec
-	r.Applied = k.client.Applied()
-	return r
-}
-
-// Link is the kernel's link.
-func (k *Detached) Link() *link.Client { return k.client }
 
 // RunRecord reports whether rec can be a record of a detached kernel of the container
 // transport name: a kernel, its token and its container (Where), and a run directory on

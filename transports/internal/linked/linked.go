@@ -5,8 +5,9 @@
 // Stdin's lines go through the link's outbox, and closing Stdin sends `shutdown` (what
 // stdin EOF means to a kernel over stdio) while the link stays up to carry the end.
 //
-// For the container transports (Docker's run mode, containerd) it also has their detached
-// kernel (Detached) and how a later controller reaches one again from its record
+// It also has what every detached kernel over a link has (Kernel), and for the container
+// transports (Docker's run mode, containerd) their detached kernel (Detached), its first
+// link (NewRun, Open) and how a later controller reaches one again from its record
 // (RunRecord, Reattach).
 package linked
 
