@@ -72,10 +72,7 @@ func formatErr(err error) string {
 		}
 		return r
 	}, err.Error())
-	if len(text) > maxLine-32 {
-		text = text[:maxLine-32]
-	}
-	return fmt.Sprintf("%s %d %s\n", kindErr, int(errno), text)
+	return fmt.Sprintf("%s %d %s\n", kindErr, int(errno), text[:min(len(text), maxLine-32)])
 }
 
 func formatExit(s Status) string {

@@ -154,11 +154,8 @@ func lastLines(s string, n int) string {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
 	if len(lines) == 0 {
 		return "(no message)"
 	}
-	return strings.Join(lines, "; ")
+	return strings.Join(lines[max(0, len(lines)-n):], "; ")
 }
