@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/kennel-dev/kennel/api"
+	"github.com/kennel-dev/kennel/client"
 	"github.com/spf13/cobra"
 )
 
 func newFunctionsCmd() *cobra.Command {
-	var f clientFlags
-	cmd := &cobra.Command{
+	return clientCmd(&cobra.Command{
 		Use:   "functions SESSION [--json]",
 		Short: "List the @remote functions a session's kernel registered",
 		Long: `List the @remote functions a session's kernel registered (kennel.remote in a cell),
@@ -20,27 +20,22 @@ with their keyword arguments (from the JSON schema of their type hints) and the 
 line of their docstring. A session whose kernel does not run lists none; no kernel is
 started for it. A program calls one with POST /sessions/{id}/functions/{name}.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c := f.client()
-			defer c.Close()
-			l, err := c.Functions(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return f.printList(cmd.OutOrStdout(), api.FunctionList{Functions: l}, "NAME\tARGUMENTS\tMODULE\tDOC", func(tw io.Writer) {
-				for _, fn := range l {
-					name := fn.Name
-					if fn.Async {
-						name = "async " + name
-					}
-					doc, _, _ := strings.Cut(fn.Doc, "\n")
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, signature(fn.Schema), fn.Module, doc)
+	}, func(cmd *cobra.Command, args []string, f *clientFlags, c *client.Client) error {
+		l, err := c.Functions(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		return f.printList(cmd.OutOrStdout(), api.FunctionList{Functions: l}, "NAME\tARGUMENTS\tMODULE\tDOC", func(tw io.Writer) {
+			for _, fn := range l {
+				name := fn.Name
+				if fn.Async {
+					name = "async " + name
 				}
-			})
-		},
-	}
-	f.add(cmd)
-	return cmd
+				doc, _, _ := strings.Cut(fn.Doc, "\n")
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, signature(fn.Schema), fn.Module, doc)
+			}
+		})
+	})
 }
 
 // signature renders a function's argument schema as "(a: integer, b?: integer)": each
