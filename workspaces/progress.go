@@ -12,13 +12,14 @@ const progressTick = 100 * time.Millisecond
 // reporter calls a progress function on a ticker with counts that workers add to. A nil
 // function makes every method a no-op.
 type reporter struct {
-	fn    func(Progress)
-	done  atomic.Int64
-	mu    sync.Mutex
-	phase string
-	total int
-	quit  chan struct{}
-	ended chan struct{}
+	fn      func(Progress)
+	done    atomic.Int64
+	mu      sync.Mutex
+	phase   string
+	total   int
+	quit    chan struct{}
+	ended   chan struct{}
+	stopped sync.Once
 }
 
 // startProgress starts calling fn every progressTick until stop.
@@ -70,15 +71,12 @@ func (r *reporter) add(n int) {
 
 // stop ends the ticker and reports the last counts once. Safe to call more than once.
 func (r *reporter) stop() {
-	if r.fn == nil || r.quit == nil {
+	if r.fn == nil {
 		return
 	}
-	select {
-	case <-r.quit:
-		return
-	default:
-	}
-	close(r.quit)
-	<-r.ended
-	r.fn(r.snapshot())
+	r.stopped.Do(func() {
+		close(r.quit)
+		<-r.ended
+		r.fn(r.snapshot())
+	})
 }
