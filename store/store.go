@@ -375,7 +375,8 @@ func (s *Store) PutCell(id string, c Cell) error {
 		return fmt.Errorf("store cell: %w: no key", errdefs.ErrInvalidArgument)
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		return putRecord(tx, bucketCells, id, c.Key, &c, func(c *Cell) *uint64 { return &c.Seq }, MaxCells, dropOldest)
+		_, err := putRecord(tx, bucketCells, id, c.Key, &c, func(c *Cell) *uint64 { return &c.Seq }, MaxCells, func(*Cell) bool { return true })
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("store cell %q of session %s in %s: %w", c.Key, id, s.path, writeErr(err))
@@ -384,16 +385,16 @@ func (s *Store) PutCell(id string, c Cell) error {
 }
 
 // putRecord stores rec under key in session id's bucket of root: a record it replaces
-// keeps its seq, a new one takes the bucket's next, and a new one past max first has
-// drop make room.
-func putRecord[T any](tx *bolt.Tx, root []byte, id, key string, rec *T, seq func(*T) *uint64, max int, drop func(*bolt.Bucket) error) error {
+// keeps its seq, a new one takes the bucket's next, and a new one past max first makes
+// room by dropping the droppable record of the lowest seq, which it returns (nil: none).
+func putRecord[T any](tx *bolt.Tx, root []byte, id, key string, rec *T, seq func(*T) *uint64, max int, droppable func(*T) bool) (dropped *T, err error) {
 	r, err := tx.CreateBucketIfNotExists(root)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bk, err := r.CreateBucketIfNotExists([]byte(id))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if old := bk.Get([]byte(key)); old != nil {
 		var prev T
@@ -402,36 +403,36 @@ func putRecord[T any](tx *bolt.Tx, root []byte, id, key string, rec *T, seq func
 		}
 	} else {
 		if *seq(rec), err = bk.NextSequence(); err != nil {
-			return err
+			return nil, err
 		}
 		if bk.Stats().KeyN >= max {
-			if err := drop(bk); err != nil {
-				return err
+			if dropped, err = dropOldest(bk, seq, droppable); err != nil {
+				return nil, err
 			}
 		}
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return bk.Put([]byte(key), b)
+	return dropped, bk.Put([]byte(key), b)
 }
 
-// dropOldest deletes the record of the lowest Seq.
-func dropOldest(bk *bolt.Bucket) error {
-	var oldest []byte
-	var min uint64
+// dropOldest deletes the droppable record of the lowest seq, if any, and returns it.
+func dropOldest[T any](bk *bolt.Bucket, seq func(*T) *uint64, droppable func(*T) bool) (*T, error) {
+	var oldest *T
+	var oldestKey []byte
 	err := bk.ForEach(func(k, v []byte) error {
-		var c Cell
-		if json.Unmarshal(v, &c) == nil && (oldest == nil || c.Seq < min) {
-			oldest, min = append([]byte(nil), k...), c.Seq
+		rec := new(T)
+		if json.Unmarshal(v, rec) == nil && droppable(rec) && (oldest == nil || *seq(rec) < *seq(oldest)) {
+			oldest, oldestKey = rec, append([]byte(nil), k...)
 		}
 		return nil
 	})
 	if err != nil || oldest == nil {
-		return err
+		return nil, err
 	}
-	return bk.Delete(oldest)
+	return oldest, bk.Delete(oldestKey)
 }
 
 // CellOf returns session id's record of key (ok false when there is none).
@@ -535,32 +536,14 @@ func (s *Store) PutJob(id string, j Job) (dropped *Job, err error) {
 		if tx.Bucket(bucketSessions).Get([]byte(id)) == nil {
 			return fmt.Errorf("session %s: %w", id, ErrNoSession) // deleted: its jobs go with it
 		}
-		return putRecord(tx, bucketJobs, id, j.ID, &j, func(j *Job) *uint64 { return &j.Seq }, MaxJobs, func(bk *bolt.Bucket) error {
-			var err error
-			dropped, err = dropOldestEnded(bk)
-			return err
-		})
+		var err error
+		dropped, err = putRecord(tx, bucketJobs, id, j.ID, &j, func(j *Job) *uint64 { return &j.Seq }, MaxJobs, func(j *Job) bool { return j.State == JobEnded })
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store job %s of session %s in %s: %w", j.ID, id, s.path, writeErr(err))
 	}
 	return dropped, nil
-}
-
-// dropOldestEnded deletes the ended job record of the lowest Seq, if any.
-func dropOldestEnded(bk *bolt.Bucket) (*Job, error) {
-	var oldest *Job
-	err := bk.ForEach(func(k, v []byte) error {
-		var j Job
-		if json.Unmarshal(v, &j) == nil && j.State == JobEnded && (oldest == nil || j.Seq < oldest.Seq) {
-			oldest = &j
-		}
-		return nil
-	})
-	if err != nil || oldest == nil {
-		return nil, err
-	}
-	return oldest, bk.Delete([]byte(oldest.ID))
 }
 
 // Jobs lists session id's job records, oldest first.
