@@ -32,13 +32,11 @@ type CreateSession struct {
 // a NUL byte, which no path can hold ("cwd"); "" when none does. The transport's fields
 // are checked by its own decoding (sessionspec.Decode), which names the bad field.
 func (c CreateSession) NULField() string {
-	if hasNUL(c.Cwd) {
+	if strings.IndexByte(c.Cwd, 0) >= 0 {
 		return "cwd"
 	}
 	return ""
 }
-
-func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // Transport says where a session's kernel runs: the one description of package
 // sessionspec (the kernelTransport setting's form), checked as it is decoded.
