@@ -239,18 +239,18 @@ func sweepLeftovers(ctx context.Context, wsDir string, s *Sweeper) error {
 	if filepath.Base(all) != "workspaces" {
 		return s.removeTrash(ctx, filepath.Join(wsDir, trashName), false)
 	}
-	groups, err := readDirNames(all)
+	groups, err := os.ReadDir(all)
 	if err != nil {
 		return fmt.Errorf("sweep %s: %w", all, err)
 	}
 	var errs []error
 	for _, g := range groups {
-		ids, err := readDirNames(filepath.Join(all, g))
+		ids, err := os.ReadDir(filepath.Join(all, g.Name()))
 		if err != nil {
 			continue // not a directory, or gone
 		}
 		for _, id := range ids {
-			trash := filepath.Join(all, g, id, trashName)
+			trash := filepath.Join(all, g.Name(), id.Name(), trashName)
 			if st, err := os.Lstat(trash); err != nil || !st.IsDir() {
 				continue
 			}
@@ -260,16 +260,6 @@ func sweepLeftovers(ctx context.Context, wsDir string, s *Sweeper) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// readDirNames returns the names in the directory p, unsorted.
-func readDirNames(p string) ([]string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // removeTree removes p and all below it (see removeAllAt), with several goroutines.
