@@ -130,9 +130,7 @@ type Result struct {
 // Ref. Running it twice builds once.
 func Build(ctx context.Context, cli client.APIClient, bundle *images.Bundle, o BuildOptions) (Result, error) {
 	o.Base = cmp.Or(o.Base, BaseRef)
-	if o.Ref == "" {
-		o.Ref = KernelRef(bundle)
-	}
+	o.Ref = cmp.Or(o.Ref, KernelRef(bundle))
 	o.Log = cmp.Or(o.Log, io.Discard)
 	res := Result{Ref: o.Ref}
 	if !o.Force {
