@@ -2,9 +2,9 @@
 // global config directory (GlobalDir: $KENNEL_CONFIG_DIR, else $XDG_CONFIG_HOME/kennel,
 // else ~/.config/kennel) and in a project (.kennel/settings.json below its root).
 //
-// One table declares every key (Keys): its id, the value it holds, its scope (global-only
-// or project-allowed) and whether it runs code or sets a limit. A key no entry declares is
-// reported, never applied.
+// One table declares every key (LookupKey reads it): its id, the value it holds, its scope
+// (global-only or project-allowed) and whether it runs code or sets a limit. A key no
+// entry declares is reported, never applied.
 //
 //	r, err := settings.Load(settings.LoadOptions{ProjectDir: "/home/me/project"})
 //	if err != nil { ... } // no home directory

@@ -24,14 +24,6 @@ const (
 	GlobalOnly
 )
 
-// String returns "project-allowed" or "global-only".
-func (s Scope) String() string {
-	if s == GlobalOnly {
-		return "global-only"
-	}
-	return "project-allowed"
-}
-
 // Key declares one top-level key of settings.json: the one place that says what it
 // holds and who may set it.
 type Key struct {
@@ -125,15 +117,6 @@ var keys = []*Key{
 		isSet:  func(s *Settings) bool { return s.LogLevel != "" },
 		value:  func(s *Settings) any { return s.LogLevel },
 	},
-}
-
-// Keys returns the declared keys, in table order. The values are copies.
-func Keys() []Key {
-	out := make([]Key, len(keys))
-	for i, k := range keys {
-		out[i] = *k
-	}
-	return out
 }
 
 // LookupKey returns the declared key id, or false.

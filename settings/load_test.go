@@ -329,7 +329,7 @@ func TestGlobalDirPrecedence(t *testing.T) {
 
 func TestKeyTableIsConsistent(t *testing.T) {
 	seen := map[string]bool{}
-	for _, k := range Keys() {
+	for _, k := range keys {
 		if seen[k.ID] || k.ID == versionKey || k.ID == "" || strings.Contains(k.ID, ".") {
 			t.Errorf("key %q declared twice, reserved or not a plain name", k.ID)
 		}

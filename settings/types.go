@@ -7,7 +7,7 @@ import (
 	"github.com/kennel-dev/kennel/sessionspec"
 )
 
-// Settings are the values of the declared keys (see Keys). A nil or empty field is unset:
+// Settings are the values of the declared keys (see LookupKey). A nil or empty field is unset:
 // its setting has its default.
 type Settings struct {
 	// KernelTransport selects where kernels run; nil runs them locally. A unit with a bad
