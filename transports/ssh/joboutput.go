@@ -64,11 +64,7 @@ var relaySource string
 // the two files' paths). Its stderr begins with the sentinel too (after what the login
 // profile printed there), its stdout with the sentinel and "ready" (after "busy" while
 // an earlier relay holds the files).
-var jobOutputScript = `IFS= read -r py || exit 2
-IFS= read -r run || exit 2
-case "$run" in ''|.*|*[!A-Za-z0-9._-]*) exit 2 ;; esac
-export KENNEL_REMOTE_RUN="$run"
-printf '%s\n' '` + sentinel + `' >&2
+var jobOutputScript = readRun + `printf '%s\n' '` + sentinel + `' >&2
 exec "$py" -I -S -c ` + shQuote(images.PythonProgram(relaySource))
 
 // The relay's exit statuses before it is ready.

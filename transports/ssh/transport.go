@@ -22,16 +22,21 @@ const Name = "ssh"
 //go:embed control.py
 var controlSource string
 
-// kernelScript is the kernel's fixed command: the interpreter's path on stdin's first
-// line, the run id on the second, then the start block (kernelstart.Block), then the
-// frames. The run id is exported before the exec, so the kernel's own environment (its
-// /proc/<pid>/environ, which later changes to os.environ do not touch) carries the
-// run's marker from its first instruction on, as everything it starts does.
-var kernelScript = `IFS= read -r py || exit 2
+// readRun begins the scripts of a kernel's run (the kernel, its relays): the interpreter's
+// path on stdin's first line, the run id on the second, checked and exported as the
+// run's marker.
+const readRun = `IFS= read -r py || exit 2
 IFS= read -r run || exit 2
 case "$run" in ''|.*|*[!A-Za-z0-9._-]*) exit 2 ;; esac
 export KENNEL_REMOTE_RUN="$run"
-export MALLOC_MMAP_THRESHOLD_=33554432
+`
+
+// kernelScript is the kernel's fixed command: readRun, then the start block
+// (kernelstart.Block), then the frames. The run id is exported before the exec, so the
+// kernel's own environment (its /proc/<pid>/environ, which later changes to os.environ
+// do not touch) carries the run's marker from its first instruction on, as everything
+// it starts does.
+var kernelScript = readRun + `export MALLOC_MMAP_THRESHOLD_=33554432
 exec "$py" -I -S -c ` + shQuote(kernelstart.Program(kernelstart.BootProgram()))
 
 // controlScript signals or sweeps a kernel (control.py): the interpreter's path on
