@@ -191,7 +191,7 @@ func (s *Session) Execute(ctx context.Context, code string, sink Sink) (*CellRes
 	if c.err != nil {
 		return nil, fmt.Errorf("cell %s: %w", id, c.err)
 	}
-	return &CellResult{ID: id, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Reason: c.res.Reason, Note: c.res.Note, Upgrade: s.takeNotice(), Lost: s.takeLost()}, nil
+	return s.cellResult(id, c.res), nil
 }
 
 // interrupt queues an interrupt for cell id, waiting for room at most the interrupt grace.

@@ -81,7 +81,7 @@ func (r *jobRun) cellEnded() {
 		r.endWithout(c.err, jobs.End{})
 		return
 	}
-	res := &CellResult{ID: r.frameID, Status: c.res.Status, Result: c.res.Result, Error: c.res.Error, Reason: c.res.Reason, Note: c.res.Note, Upgrade: r.s.takeNotice(), Lost: r.s.takeLost()}
+	res := r.s.cellResult(r.frameID, c.res)
 	r.mu.Lock()
 	r.result = res
 	r.mu.Unlock()

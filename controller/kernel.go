@@ -343,8 +343,7 @@ func (kc *kernelConn) kill(ctx context.Context) error {
 	kc.fail(ErrKernelExited)
 	ctx, cancel := context.WithTimeout(ctx, killWait)
 	defer cancel()
-	err := kc.k.Kill(ctx)
-	if err != nil {
+	if err := kc.k.Kill(ctx); err != nil {
 		return fmt.Errorf("kill kernel: %w", err)
 	}
 	return nil
@@ -511,7 +510,11 @@ func (kc *kernelConn) onStream(f gate.Frame) {
 	} else if r := lookup(kc, &kc.calls, f.ID, false); r != nil {
 		r.stream(string(st.Text))
 	} else if len(st.Text) > 0 {
-		kc.s.log.Info("kernel output", "stream", st.Name, "text", truncateForLog(string(st.Text[:min(len(st.Text), 513)])))
+		text := string(st.Text[:min(len(st.Text), 512)])
+		if len(st.Text) > 512 {
+			text += "…"
+		}
+		kc.s.log.Info("kernel output", "stream", st.Name, "text", text)
 	}
 }
 
@@ -549,13 +552,6 @@ func logLevel(l string) slog.Level {
 		return slog.LevelError
 	}
 	return slog.LevelInfo
-}
-
-func truncateForLog(s string) string {
-	if len(s) > 512 {
-		return s[:512] + "…"
-	}
-	return s
 }
 
 // codedError gives an error a protocol code.

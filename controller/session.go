@@ -275,16 +275,6 @@ func (s *Session) startInBackground() {
 	}
 }
 
-// takeLost returns, once, the notice that the session's kernel was lost and a fresh one
-// runs its cells.
-func (s *Session) takeLost() string {
-	s.originMu.Lock()
-	defer s.originMu.Unlock()
-	n := s.lostNotice
-	s.lostNotice = ""
-	return n
-}
-
 // outOfReach makes the kernel of rec, whose link is out of reach, the one to resume:
 // retried in the background for ResumeFor from since (when its connection was lost), and
 // no fresh kernel started meanwhile.

@@ -96,7 +96,7 @@ func (s *Session) upgradeLocked(ctx context.Context) (*UpgradeNotice, error) {
 
 // upgradeIfStale replaces a stale, idle kernel at the start of a cell (the next idle
 // moment), once: a failure leaves the old kernel serving and is not tried again but by
-// Upgrade. s.mu is held; the notice waits for the cell's result (takeNotice).
+// Upgrade. s.mu is held; the notice waits for the cell's result (cellResult).
 func (s *Session) upgradeIfStale(ctx context.Context, kc *kernelConn) *kernelConn {
 	if !kc.stale.Load() || kc.upgradeTried || !kc.idle() {
 		return kc
@@ -113,14 +113,15 @@ func (s *Session) upgradeIfStale(ctx context.Context, kc *kernelConn) *kernelCon
 	return s.kc
 }
 
-// takeNotice returns the notice of an upgrade not yet reported, once. It takes only
-// the small lock: a kernel's reader calls it.
-func (s *Session) takeNotice() *UpgradeNotice {
+// cellResult is the result of cell id, ended by d, with the notices not yet reported
+// (an upgrade's, a lost kernel's), each given once. It takes only the small lock: a
+// kernel's reader calls it.
+func (s *Session) cellResult(id string, d *protocol.Done) *CellResult {
 	s.originMu.Lock()
 	defer s.originMu.Unlock()
-	n := s.notice
-	s.notice = nil
-	return n
+	res := &CellResult{ID: id, Status: d.Status, Result: d.Result, Error: d.Error, Reason: d.Reason, Note: d.Note, Upgrade: s.notice, Lost: s.lostNotice}
+	s.notice, s.lostNotice = nil, ""
+	return res
 }
 
 // idle reports that no cell runs on the kernel and no job of the session is live.
