@@ -292,18 +292,9 @@ func (t *Transport) Kind() (string, error) {
 	case 0:
 		return "", bad("", "names no transport: set one of local, argvPrefix, docker, ssh, containerd, kubernetes")
 	}
-	return "", bad("", "names %d transports (%s): set exactly one", len(kinds), strings.Join(kindNames(kinds), ", "))
-}
-
-func kindNames(kinds []string) []string {
-	out := make([]string, len(kinds))
-	for i, k := range kinds {
-		if k == KindWrapped {
-			k = "argvPrefix"
-		}
-		out[i] = k
-	}
-	return out
+	// Named as a description names them: the wrapped kind is argvPrefix.
+	names := strings.Replace(strings.Join(kinds, ", "), KindWrapped, "argvPrefix", 1)
+	return "", bad("", "names %d transports (%s): set exactly one", len(kinds), names)
 }
 
 // Validate returns nil when the description can start exactly the transport it names, and
