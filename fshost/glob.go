@@ -45,8 +45,7 @@ func (s *Server) Glob(ctx context.Context, a GlobArgs) (*GlobResult, error) {
 	if a.Pattern == "" {
 		return nil, fail(op, "", fsroot.ErrInvalid, "pattern is required")
 	}
-	base, pattern := a.Path, a.Pattern
-	base = cmp.Or(base, ".")
+	base, pattern := cmp.Or(a.Path, "."), a.Pattern
 	if strings.HasPrefix(pattern, "/") {
 		segs := strings.Split(strings.Trim(pattern, "/"), "/")
 		i := 0

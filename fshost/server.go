@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"slices"
 
 	"github.com/kennel-dev/kennel/fshost/fsroot"
 )
@@ -92,11 +93,7 @@ func New(root fsroot.Root, opts Options) *Server {
 // Serves reports whether typ is a request type this Server answers: fs.read, fs.write,
 // fs.edit, fs.grep and fs.glob.
 func (s *Server) Serves(typ string) bool {
-	switch typ {
-	case TypeRead, TypeWrite, TypeEdit, TypeGrep, TypeGlob:
-		return true
-	}
-	return false
+	return slices.Contains([]string{TypeRead, TypeWrite, TypeEdit, TypeGrep, TypeGlob}, typ)
 }
 
 // Serve answers one request of type typ with JSON arguments args. The result marshals to
