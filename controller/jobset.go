@@ -132,11 +132,9 @@ func (js *jobSet) get(id jobs.ID) (*jobRun, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	r, ok := js.runs[id]
-	if ok {
-		if _, held := js.table.Job(id); !held {
-			delete(js.runs, id)
-			ok = false
-		}
+	if _, held := js.table.Job(id); ok && !held {
+		delete(js.runs, id)
+		ok = false
 	}
 	if !ok {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)

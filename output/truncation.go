@@ -47,13 +47,6 @@ type Limits struct {
 	Keep  Keep
 }
 
-// withDefaults returns l with zero fields replaced by the defaults.
-func (l Limits) withDefaults() Limits {
-	l.Bytes = cmp.Or(l.Bytes, DefaultBytes)
-	l.Lines = cmp.Or(l.Lines, DefaultLines)
-	return l
-}
-
 // Truncation is the one setting that bounds every output (a tool call's, a cell's, a
 // job's): On(limits) keeps at most the limits and counts the rest as dropped; Off keeps
 // every byte. The zero value is On with the default limits (50 KiB, 2000 lines, head).
@@ -86,7 +79,10 @@ func (t Truncation) Limits() Limits {
 	if t.off {
 		return Limits{}
 	}
-	return t.limits.withDefaults()
+	l := t.limits
+	l.Bytes = cmp.Or(l.Bytes, DefaultBytes)
+	l.Lines = cmp.Or(l.Lines, DefaultLines)
+	return l
 }
 
 // Validate reports, as an ErrInvalidLimits error, why t cannot bound an output.
