@@ -114,12 +114,10 @@ func (w *Watch) climb() {
 		} else {
 			s.Act()
 		}
-		t := time.NewTimer(max(s.Grace, 0))
 		select {
 		case <-w.ended:
-			t.Stop()
 			return
-		case <-t.C:
+		case <-time.After(s.Grace):
 		}
 	}
 }

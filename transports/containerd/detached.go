@@ -19,6 +19,7 @@ import (
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 	"github.com/kennel-dev/kennel/transports/internal/linked"
 )
 
@@ -43,13 +44,6 @@ var (
 	_ transports.Detachable = (*detachedKernel)(nil)
 	_ transports.Reattacher = (*Transport)(nil)
 )
-
-func (o Options) kernelGrace() time.Duration {
-	if o.KernelGrace > 0 {
-		return o.KernelGrace
-	}
-	return DefaultKernelGrace
-}
 
 // runMount is the OCI spec option binding runDir at its place in the container.
 func runMount(runDir, inside string) oci.SpecOpts {
@@ -88,13 +82,14 @@ func (st *started) attach(ctx context.Context, block string) (_ *detachedKernel,
 	}
 	early := &kernelstart.HeadBuffer{Limit: 4096}
 	go func() { _, _ = io.Copy(early, st.dio.Stderr) }()
-	cl, log, err := linked.Open(ctx, st.runDir, st.kid, st.token, t.opts.kernelGrace(), st.exited)
+	grace := limits.Positive(t.opts.KernelGrace, DefaultKernelGrace)
+	cl, log, err := linked.Open(ctx, st.runDir, st.kid, st.token, grace, st.exited)
 	if err != nil {
 		return nil, fmt.Errorf("attach to detached kernel in task %s: %w (stderr %q, kernel.log %q)", c.ID(), err, early.String(), log)
 	}
 	_ = st.dio.Close() // its FIFOs: the kernel's stdio is its kernel.log now
 	h := cl.Hello()
-	rec := transports.Record{Transport: Name, Kernel: st.kid, RunDir: st.runDir, Token: st.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: t.opts.kernelGrace(), Where: c.ID()}
+	rec := transports.Record{Transport: Name, Kernel: st.kid, RunDir: st.runDir, Token: st.token, PID: h.PID, PGID: h.PGID, Leader: h.Leader, Grace: grace, Where: c.ID()}
 	return t.runDetached(cl, rec, st.task, st.exited, st.result, st.oom, st.evcancel), nil
 }
 
@@ -227,7 +222,8 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 		return nil, fmt.Errorf("reattach containerd kernel %s: wait task: %w", rec.Kernel, classify(err))
 	}
 	exited, result := taskEnd(exitc)
-	cl, isGone, err := linked.Reattach(ctx, &rec, t.opts.kernelGrace())
+	rec.Grace = limits.Positive(t.opts.KernelGrace, DefaultKernelGrace)
+	cl, isGone, err := linked.Reattach(ctx, &rec, rec.Grace)
 	if err != nil {
 		evcancel()
 		if isGone {
@@ -235,7 +231,6 @@ func (t *Transport) Reattach(ctx context.Context, rec transports.Record) (transp
 		}
 		return nil, fmt.Errorf("reattach containerd kernel %s in container %s: %w", rec.Kernel, rec.Where, err)
 	}
-	rec.Grace = t.opts.kernelGrace()
 	return t.runDetached(cl, rec, task, exited, result, oom, evcancel), nil
 }
 

@@ -151,12 +151,10 @@ func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 // stderr's end and closes its FIFO.
 func (k *Kernel) drain(d time.Duration) {
 	k.stdout.Drain(d)
-	t := time.NewTimer(d)
 	select {
 	case <-k.stderrDone:
-	case <-t.C:
+	case <-time.After(d):
 	}
-	t.Stop()
 }
 
 // closeStdin closes our write end of the stdin FIFO, then has the shim close its own
@@ -208,12 +206,10 @@ func watchOOM(ctx context.Context, cli *client.Client, id string) *oomWatch {
 
 // wait reports whether an OOM event came, waiting up to d for one.
 func (w *oomWatch) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-w.seen:
 		return true
-	case <-t.C:
+	case <-time.After(d):
 		return false
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
-	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Defaults of the lock-down and of the daemon reached, each changed by a field of Options.
@@ -145,9 +144,6 @@ func parseUser(u string) (uint32, uint32, error) {
 	}
 	return uint32(uid), uint32(gid), nil
 }
-
-// limit is an option field's limit under the options' rule (limits.Of).
-var limit = limits.Of
 
 // check refuses options that cannot work, before anything runs.
 func (o Options) check() error {

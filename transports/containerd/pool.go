@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
+	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 	"github.com/kennel-dev/kennel/transports/internal/warm"
 )
@@ -89,9 +90,15 @@ func NewPool(cli *client.Client, opts PoolOptions) (*Pool, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := st.waitListening(ctx); err != nil {
+			// Ready once its kernel has loaded and bound its socket.
+			err = warm.WaitSocket(ctx, filepath.Join(st.runDir, "kernel.sock"), st.exited)
+			if errors.Is(err, warm.ErrEnded) {
+				_, why := st.result()
+				err = fmt.Errorf("%w (%v)", err, why)
+			}
+			if err != nil {
 				st.Discard(context.Background())
-				return nil, err
+				return nil, fmt.Errorf("task %s: %w", st.c.ID(), err)
 			}
 			return st, nil
 		}})}, nil
@@ -110,7 +117,7 @@ func (t *Transport) poolKey(dir, python string) string {
 	image, _ := t.Image()
 	k, _ := json.Marshal([]any{
 		fmt.Sprintf("%p", t.cli), image, uid, gid, python,
-		limit(o.Memory, DefaultMemory), limit(o.CPUQuota, DefaultCPUQuota), limit(o.Pids, DefaultPids), limit(o.TmpfsSize, DefaultTmpfsSize),
+		limits.Of(o.Memory, DefaultMemory), limits.Of(o.CPUQuota, DefaultCPUQuota), limits.Of(o.Pids, DefaultPids), limits.Of(o.TmpfsSize, DefaultTmpfsSize),
 		o.Runtime, o.Snapshotter, o.RunDir, o.FIFODir,
 	})
 	return string(k)
@@ -141,7 +148,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) 
 		return nil, nil
 	}
 	// The environment a cold start's kernel gets: the image's, then the transport's.
-	env := overlayEnv(st.imgEnv, t.env(b, st.kid).Build(spec.Env))
+	env := kernelstart.Overlay(st.imgEnv, t.env(b, st.kid).Build(spec.Env))
 	_ = st.ns.Close()
 	st.ns = nil
 	k, err := st.attach(ctx, warm.StartBlock(st.token, spec.Dir, env))
@@ -150,40 +157,6 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) 
 	}
 	k.SetPool(transports.PoolHit)
 	return k, nil
-}
-
-// overlayEnv is base with each of over's entries replacing base's of the same key or
-// added after them: the process environment oci.WithEnv makes.
-func overlayEnv(base, over []string) []string {
-	out := append([]string(nil), base...)
-	index := map[string]int{}
-	for i, kv := range out {
-		k, _, _ := strings.Cut(kv, "=")
-		index[k] = i
-	}
-	for _, kv := range over {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := index[k]; ok {
-			out[i] = kv
-			continue
-		}
-		index[k] = len(out)
-		out = append(out, kv)
-	}
-	return out
-}
-
-// waitListening waits until st's pooled kernel has loaded and bound its socket.
-func (st *started) waitListening(ctx context.Context) error {
-	err := warm.WaitSocket(ctx, filepath.Join(st.runDir, "kernel.sock"), st.exited)
-	if errors.Is(err, warm.ErrEnded) {
-		_, why := st.result()
-		return fmt.Errorf("task %s: %w (%v)", st.c.ID(), err, why)
-	}
-	if err != nil {
-		return fmt.Errorf("task %s: %w", st.c.ID(), err)
-	}
-	return nil
 }
 
 // Exited is closed once the task ends (warm.Ready).

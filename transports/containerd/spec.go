@@ -13,6 +13,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // specOpts is the OCI spec a kernel's container gets, on top of the client's default Linux
@@ -36,7 +37,7 @@ func (t *Transport) specOpts(img image, spec transports.Spec, uid, gid uint32) [
 		Destination: "/tmp",
 		Type:        "tmpfs",
 		Source:      "tmpfs",
-		Options:     []string{"nosuid", "nodev", fmt.Sprintf("size=%d", limit(o.TmpfsSize, DefaultTmpfsSize)), "mode=1777"},
+		Options:     []string{"nosuid", "nodev", fmt.Sprintf("size=%d", limits.Of(o.TmpfsSize, DefaultTmpfsSize)), "mode=1777"},
 	}}
 	for _, m := range o.Mounts {
 		opts := []string{"rbind", "rprivate", "nosuid", "nodev"}
@@ -67,16 +68,16 @@ func (t *Transport) specOpts(img image, spec transports.Spec, uid, gid uint32) [
 		oci.WithHostname("kennel"),
 		oci.WithMounts(mounts),
 	}
-	if m := limit(o.Memory, DefaultMemory); m > 0 {
+	if m := limits.Of(o.Memory, DefaultMemory); m > 0 {
 		opts = append(opts, oci.WithMemoryLimit(uint64(m)))
 		if swapLimited() {
 			opts = append(opts, oci.WithMemorySwap(m))
 		}
 	}
-	if q := limit(o.CPUQuota, DefaultCPUQuota); q > 0 {
+	if q := limits.Of(o.CPUQuota, DefaultCPUQuota); q > 0 {
 		opts = append(opts, oci.WithCPUCFS(q, DefaultCPUPeriod))
 	}
-	if p := limit(o.Pids, DefaultPids); p > 0 {
+	if p := limits.Of(o.Pids, DefaultPids); p > 0 {
 		opts = append(opts, oci.WithPidsLimit(p))
 	}
 	// Last: the default profile allows what the (empty) capability sets allow.

@@ -111,10 +111,16 @@ func (p *execProc) Exit(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return -1, context.Cause(ctx)
 	}
+	return execExit(ctx, p.cli, p.id)
+}
+
+// execExit polls the engine until exec id no longer runs, or ctx ends (its cause), and
+// returns its exit code.
+func execExit(ctx context.Context, cli client.APIClient, id string) (int, error) {
 	for {
-		ins, err := p.cli.ExecInspect(ctx, p.id, client.ExecInspectOptions{})
+		ins, err := cli.ExecInspect(ctx, id, client.ExecInspectOptions{})
 		if err != nil {
-			return -1, fmt.Errorf("inspect exec %.12s: %w", p.id, err)
+			return -1, fmt.Errorf("inspect exec %.12s: %w", id, err)
 		}
 		if !ins.Running {
 			return ins.ExitCode, nil

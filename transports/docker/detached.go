@@ -22,7 +22,9 @@ import (
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 	"github.com/kennel-dev/kennel/transports/internal/linked"
+	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 )
 
 // ContainerRunRoot is where a detached kernel's run directory is mounted in its
@@ -154,9 +156,13 @@ func (t *Transport) prepareDetached(ctx context.Context, bc bundleCache, spec tr
 		if ierr == nil && ins.Container.Config != nil {
 			c.hostname = ins.Container.Config.Hostname
 		}
-		if c.ns, err = t.holdNamespace(ctx, c.id, pid); err != nil {
+		// The namespace held is the container's: it still runs with that pid after the open.
+		if c.ns, err = nsmount.Hold(pid, func() bool {
+			ins, err := t.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+			return err == nil && ins.Container.State != nil && ins.Container.State.Running && ins.Container.State.Pid == pid
+		}); err != nil {
 			c.Discard(ctx)
-			return nil, err
+			return nil, fmt.Errorf("container %.12s: %w", c.id, err)
 		}
 	}
 	return c, nil
@@ -193,7 +199,7 @@ func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, blo
 	if werr != nil {
 		return nil, fmt.Errorf("hand the token to container %.12s: %w", c.id, werr)
 	}
-	cl, log, err := linked.Open(ctx, c.runDir, c.kid, c.token, kernelGrace(t.opts.KernelGrace), c.exited)
+	cl, log, err := linked.Open(ctx, c.runDir, c.kid, c.token, limits.Positive(t.opts.KernelGrace, time.Hour), c.exited)
 	if err != nil {
 		select {
 		case <-c.exited:
@@ -262,11 +268,7 @@ func (t *Transport) runDetached(cl *link.Client, rec transports.Record, exited <
 		Steps: []transports.Step{
 			{Act: func() { _ = k.Stdin().Close() }, Grace: transports.ResolveGrace(t.opts.StdinGrace)},
 			t.stopStep(id),
-			{Act: func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				_ = remove(ctx, t.cli, id)
-			}},
+			{Act: func() { t.removeSoon(context.Background(), id) }},
 		},
 		Reap: func(func() bool) (transports.Exit, error) {
 			<-exited
@@ -328,10 +330,8 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	ins, err := t.cli.ContainerInspect(ctx, rec.Where, client.ContainerInspectOptions{})
 	gone := func(why error) (transports.Kernel, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
 		if !cerrdefs.IsNotFound(err) {
-			_ = remove(rctx, t.cli, rec.Where)
+			t.removeSoon(ctx, rec.Where)
 		}
 		_ = os.RemoveAll(rec.RunDir) // a kernel still there ends within a second
 		return nil, fmt.Errorf("reattach docker kernel %s in container %.12s: %w", rec.Kernel, rec.Where, why)
@@ -348,7 +348,7 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	wctx, stopWait := context.WithCancel(context.Background())
 	exited, result := t.waitContainer(wctx, rec.Where)
-	cl, isGone, err := linked.Reattach(ctx, &rec, kernelGrace(t.opts.KernelGrace))
+	cl, isGone, err := linked.Reattach(ctx, &rec, limits.Positive(t.opts.KernelGrace, time.Hour))
 	if err != nil {
 		stopWait()
 		if isGone {
@@ -373,11 +373,4 @@ func numericUser(user string) (int, int, error) {
 		return 0, 0, fmt.Errorf("%w: a detached Docker kernel needs a numeric user (uid:gid), not %q", transports.ErrUnavailable, user)
 	}
 	return uid, gid, nil
-}
-
-func kernelGrace(d time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return time.Hour
 }

@@ -94,20 +94,8 @@ func (t *Transport) signalRun(python string, env []string, run, sig string) {
 func (t *Transport) reapExec(k *Kernel, execID string) (transports.Exit, error) {
 	<-k.demuxDone
 	k.conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 30*time.Second, fmt.Errorf("exec %.12s still runs after its streams ended", execID))
 	defer cancel()
-	for {
-		ins, err := t.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
-		if err != nil {
-			return transports.Exit{Code: -1}, fmt.Errorf("inspect exec %.12s: %w", execID, err)
-		}
-		if !ins.Running {
-			return transports.Exit{Code: ins.ExitCode}, nil
-		}
-		select {
-		case <-ctx.Done():
-			return transports.Exit{Code: -1}, fmt.Errorf("exec %.12s still runs after its streams ended", execID)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	code, err := execExit(ctx, t.cli, execID)
+	return transports.Exit{Code: code}, err
 }

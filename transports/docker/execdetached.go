@@ -13,6 +13,7 @@ import (
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // bridged is how exec mode reaches its detached kernels in container: every bridge is an
@@ -24,7 +25,7 @@ func (t *Transport) bridged(container, python string) kernelstart.Bridged {
 		Python:     python,
 		Root:       t.opts.RunDir,
 		Where:      container,
-		Grace:      kernelGrace(t.opts.KernelGrace),
+		Grace:      limits.Positive(t.opts.KernelGrace, time.Hour),
 		StdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		TermGrace:  transports.ResolveGrace(t.opts.StopGrace),
 	}

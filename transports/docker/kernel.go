@@ -118,12 +118,10 @@ func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
 // blocked then writes to a Stdout nobody reads, which is cut.
 func (k *Kernel) drain(d time.Duration) {
 	for range 2 {
-		t := time.NewTimer(d)
 		select {
 		case <-k.demuxDone:
-		case <-t.C:
+		case <-time.After(d):
 		}
-		t.Stop()
 		k.conn.Close()
 	}
 	k.cut()

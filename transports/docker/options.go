@@ -11,7 +11,6 @@ import (
 
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
-	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Defaults of the lock-down, each loosened by a field of Options.
@@ -200,9 +199,6 @@ func hostDirOf(mounts []pathmap.Mount, dir string) (string, bool) {
 	rel := strings.TrimPrefix(strings.TrimPrefix(dir, filepath.Clean(m.Sandbox)), "/")
 	return filepath.Join(m.Host, rel), true
 }
-
-// limit is an option field's limit under the options' rule (limits.Of).
-var limit = limits.Of
 
 // check refuses options that cannot work, before anything runs.
 func (o Options) check() error {

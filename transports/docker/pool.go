@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 	"github.com/kennel-dev/kennel/transports/internal/warm"
 )
@@ -126,17 +127,13 @@ func (t *Transport) poolKey(cli client.APIClient, user, python string) string {
 	o := t.opts
 	image, _ := t.Image()
 	network := cmp.Or(o.Network, DefaultNetwork)
-	tmpfs := o.TmpfsSize
-	if tmpfs <= 0 {
-		tmpfs = DefaultTmpfsSize
-	}
 	engine := ""
 	if cli != nil {
 		engine = cli.DaemonHost()
 	}
 	k, _ := json.Marshal([]any{
 		engine, image, user, python, network,
-		limit(o.Memory, DefaultMemory), limit(o.NanoCPUs, DefaultNanoCPUs), limit(o.Pids, DefaultPids), tmpfs,
+		limits.Of(o.Memory, DefaultMemory), limits.Of(o.NanoCPUs, DefaultNanoCPUs), limits.Of(o.Pids, DefaultPids), limits.Positive(o.TmpfsSize, DefaultTmpfsSize),
 		o.Runtime, o.CapAdd, o.AllowNewPrivileges, o.WritableRootfs, o.NoInit, o.SecurityOpt,
 		o.RunDir, o.DetachedOwner, o.Container,
 	})
@@ -168,20 +165,13 @@ func (p *Pool) start(ctx context.Context) (*detachedContainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitListening(ctx, c); err != nil {
+	// Ready once its kernel has loaded and bound its socket: it then waits for its start
+	// block alone.
+	if err := warm.WaitSocket(ctx, filepath.Join(c.runDir, "kernel.sock"), c.exited); err != nil {
 		c.Discard(context.Background())
-		return nil, err
+		return nil, fmt.Errorf("container %.12s: %w (stderr %q)", c.id, err, c.early.String())
 	}
 	return c, nil
-}
-
-// waitListening waits until c's pooled kernel has loaded and bound its socket (it then
-// waits for its start block alone).
-func waitListening(ctx context.Context, c *detachedContainer) error {
-	if err := warm.WaitSocket(ctx, filepath.Join(c.runDir, "kernel.sock"), c.exited); err != nil {
-		return fmt.Errorf("container %.12s: %w (stderr %q)", c.id, err, c.early.String())
-	}
-	return nil
 }
 
 // handOut gives the session of spec, started by t, a ready kernel: it returns nil and no
@@ -214,19 +204,6 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec t
 	}
 	k.SetPool(PoolHit)
 	return k, nil
-}
-
-// holdNamespace opens the mount namespace of container id's process pid, checking
-// afterwards that the container still runs with that pid (so the namespace is its).
-func (t *Transport) holdNamespace(ctx context.Context, id string, pid int) (*os.File, error) {
-	f, err := nsmount.Hold(pid, func() bool {
-		ins, err := t.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-		return err == nil && ins.Container.State != nil && ins.Container.State.Running && ins.Container.State.Pid == pid
-	})
-	if err != nil {
-		return nil, fmt.Errorf("container %.12s: %w", id, err)
-	}
-	return f, nil
 }
 
 // Exited is closed once the container ends (warm.Ready).

@@ -15,6 +15,7 @@ import (
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // createOptions is the container a run-mode kernel gets: the whole lock-down lives here.
@@ -42,8 +43,8 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 	if network == "none" {
 		cfg.NetworkDisabled = true
 	}
-	pids := limit(o.Pids, DefaultPids)
-	memory := limit(o.Memory, DefaultMemory)
+	pids := limits.Of(o.Pids, DefaultPids)
+	memory := limits.Of(o.Memory, DefaultMemory)
 	init := !o.NoInit
 	hc := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(network),
@@ -56,7 +57,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 		Resources: container.Resources{
 			Memory:     memory,
 			MemorySwap: memory,
-			NanoCPUs:   limit(o.NanoCPUs, DefaultNanoCPUs),
+			NanoCPUs:   limits.Of(o.NanoCPUs, DefaultNanoCPUs),
 			PidsLimit:  &pids,
 		},
 	}
@@ -70,11 +71,7 @@ func (t *Transport) createOptions(image string, b *images.Bundle, spec transport
 		hc.SecurityOpt = append(hc.SecurityOpt, "no-new-privileges")
 	}
 	if !o.WritableRootfs {
-		size := o.TmpfsSize
-		if size <= 0 {
-			size = DefaultTmpfsSize
-		}
-		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", size)}
+		hc.Tmpfs = map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", limits.Positive(o.TmpfsSize, DefaultTmpfsSize))}
 	}
 	for _, m := range o.Mounts {
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Host, Target: m.Sandbox, ReadOnly: m.ReadOnly})

@@ -140,8 +140,6 @@ func classify(err error) error {
 	return err
 }
 
-func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
-
 // LocalNode returns the name of the cluster's node that is this machine: the node whose
 // name is this host's name, or one of whose addresses (InternalIP, ExternalIP, Hostname)
 // is an address of this host's interfaces. It is the Options.Node of a controller whose

@@ -20,6 +20,7 @@ import (
 	"github.com/kennel-dev/kennel/link"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // bridged is how the transport reaches the detached kernel of pod: every bridge is an exec
@@ -32,7 +33,7 @@ func (t *Transport) bridged(pod, python string) kernelstart.Bridged {
 		Python:     python,
 		Root:       RunRoot,
 		Where:      t.ns + "/" + pod,
-		Grace:      t.opts.kernelGrace(),
+		Grace:      limits.Positive(t.opts.KernelGrace, DefaultKernelGrace),
 		StdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		TermGrace:  transports.ResolveGrace(t.opts.StopGrace),
 	}

@@ -178,11 +178,8 @@ func (k *Kernel) probeOOM(ctx context.Context) (int, bool) {
 	}
 	defer s.Close()
 	_ = s.CloseWrite()
-	dl := time.Now().Add(10 * time.Second)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	_ = s.SetReadDeadline(dl)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	stop := context.AfterFunc(ctx, func() { _ = s.SetReadDeadline(time.Now()) })
 	defer stop()
 	out, _ := io.ReadAll(io.LimitReader(s, 64))

@@ -14,7 +14,6 @@ import (
 	"github.com/kennel-dev/kennel/pathmap"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
-	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Defaults of the lock-down and of the pods' lifetime, each changed by a field of Options.
@@ -207,27 +206,10 @@ func (o Options) HostFiles() error {
 	return nil
 }
 
-// limit is an option field's limit under the options' rule (limits.Of).
-var limit = limits.Of
-
 // stopSeconds is the pod's termination grace in whole seconds, at least 1.
 func (o Options) stopSeconds() int64 {
 	d := transports.ResolveGrace(o.StopGrace)
 	return max(1, int64((d+time.Second-1)/time.Second))
-}
-
-func (o Options) pendingTimeout() time.Duration {
-	if o.PendingTimeout <= 0 {
-		return DefaultPendingTimeout
-	}
-	return o.PendingTimeout
-}
-
-func (o Options) kernelGrace() time.Duration {
-	if o.KernelGrace <= 0 {
-		return DefaultKernelGrace
-	}
-	return o.KernelGrace
 }
 
 // check refuses options that cannot work, before anything runs.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kennel-dev/kennel/images"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 //go:embed init.py
@@ -48,7 +49,7 @@ func (t *Transport) podSpec(name, session, python string, uid, gid int64) *corev
 	}
 	no, yes := false, true
 	grace := o.stopSeconds()
-	tmp := resource.NewQuantity(limit(o.TmpSize, DefaultTmpSize), resource.BinarySI)
+	tmp := resource.NewQuantity(limits.Of(o.TmpSize, DefaultTmpSize), resource.BinarySI)
 	volumes := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmp}}}}
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
 	if o.Detached {
@@ -67,10 +68,10 @@ func (t *Transport) podSpec(name, session, python string, uid, gid int64) *corev
 		mounts = append(mounts, corev1.VolumeMount{Name: v, MountPath: path.Clean(c.Sandbox), ReadOnly: c.ReadOnly})
 	}
 	res := corev1.ResourceList{}
-	if m := limit(o.Memory, DefaultMemory); m > 0 {
+	if m := limits.Of(o.Memory, DefaultMemory); m > 0 {
 		res[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
 	}
-	if c := limit(o.MilliCPU, DefaultMilliCPU); c > 0 {
+	if c := limits.Of(o.MilliCPU, DefaultMilliCPU); c > 0 {
 		res[corev1.ResourceCPU] = *resource.NewMilliQuantity(c, resource.DecimalSI)
 	}
 	pull := cmp.Or(o.PullPolicy, corev1.PullNever)

@@ -21,6 +21,7 @@ import (
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/docker"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 	"github.com/kennel-dev/kennel/transports/internal/nsmount"
 	"github.com/kennel-dev/kennel/transports/internal/warm"
 )
@@ -123,7 +124,7 @@ func (t *Transport) poolKey(dir, python string) string {
 	}
 	k, _ := json.Marshal([]any{
 		fmt.Sprintf("%p", t.cli), t.ns, t.image, o.PullPolicy, uid, gid, python,
-		limit(o.Memory, DefaultMemory), limit(o.MilliCPU, DefaultMilliCPU), limit(o.TmpSize, DefaultTmpSize),
+		limits.Of(o.Memory, DefaultMemory), limits.Of(o.MilliCPU, DefaultMilliCPU), limits.Of(o.TmpSize, DefaultTmpSize),
 		o.AllowNetwork, o.Node, o.Claims, o.stopSeconds(), o.Owner, o.Controller.ID(),
 	})
 	return string(k)
@@ -252,19 +253,14 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec, 
 		pp.Discard(ctx)
 		return nil, fmt.Errorf("hand out pooled kernel of pod %s/%s: %w", t.ns, pp.name, err)
 	}
+	var bk *kernelstart.BridgedKernel
 	conn, err := pp.cmd.HandOut(ctx, []byte(warm.StartBlock(rec.Token, spec.Dir, t.kernelEnv(rec.RunDir).Build(spec.Env))))
-	if err != nil {
-		<-labelled
-		return fail(err)
-	}
-	bk, err := b.Start(ctx, conn, rec)
 	if err == nil {
-		err = <-labelled
-		if err != nil {
-			_ = bk.Kill(context.WithoutCancel(ctx))
-		}
-	} else {
-		<-labelled
+		bk, err = b.Start(ctx, conn, rec)
+	}
+	if lerr := <-labelled; err == nil && lerr != nil {
+		_ = bk.Kill(context.WithoutCancel(ctx))
+		err = lerr
 	}
 	if err != nil {
 		return fail(err)

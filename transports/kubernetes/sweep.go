@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kennel-dev/kennel/transports/docker"
@@ -74,7 +75,7 @@ func Sweep(ctx context.Context, cli *Client, o SweepOptions) (SweepResult, error
 			continue
 		}
 		err := cli.clientset.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		if err != nil && !isNotFound(err) {
+		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete pod %s/%s: %w", ns, p.Name, classify(err)))
 			live[p.Name] = true
 			continue
@@ -96,12 +97,12 @@ func Sweep(ctx context.Context, cli *Client, o SweepOptions) (SweepResult, error
 			if !removed[np.Name] {
 				// An orphan by its owner: only when no pod of its name is left (a pod
 				// made after the list is the next sweep's to decide).
-				if _, err := cli.clientset.CoreV1().Pods(ns).Get(ctx, np.Name, metav1.GetOptions{}); !isNotFound(err) {
+				if _, err := cli.clientset.CoreV1().Pods(ns).Get(ctx, np.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					continue
 				}
 			}
 			err := cli.clientset.NetworkingV1().NetworkPolicies(ns).Delete(ctx, np.Name, metav1.DeleteOptions{})
-			if err != nil && !isNotFound(err) {
+			if err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("delete network policy %s/%s: %w", ns, np.Name, classify(err)))
 				continue
 			}

@@ -6,7 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +22,7 @@ import (
 	"github.com/kennel-dev/kennel/images/kernelimage"
 	"github.com/kennel-dev/kennel/transports"
 	"github.com/kennel-dev/kennel/transports/internal/kernelstart"
+	"github.com/kennel-dev/kennel/transports/internal/limits"
 )
 
 // Name is the Kubernetes transport's name, as in Info.Transport.
@@ -214,10 +215,10 @@ func (t *Transport) makePod(ctx context.Context, name, session string, uid, gid 
 
 // waitRunning waits until pod's container runs, up to Options.PendingTimeout.
 func (t *Transport) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	wctx, cancel := context.WithTimeoutCause(ctx, t.opts.pendingTimeout(), ErrPending)
+	pending := limits.Positive(t.opts.PendingTimeout, DefaultPendingTimeout)
+	wctx, cancel := context.WithTimeoutCause(ctx, pending, ErrPending)
 	defer cancel()
-	var last *corev1.Pod
-	var running *corev1.Pod
+	var last, running *corev1.Pod
 	err := t.watchPod(wctx, pod.Name, pod, func(p *corev1.Pod) (bool, error) {
 		if p == nil {
 			return false, fmt.Errorf("pod %s/%s deleted while it started: %w", t.ns, pod.Name, transports.ErrUnavailable)
@@ -233,7 +234,7 @@ func (t *Transport) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.P
 		return running, nil
 	}
 	if errors.Is(context.Cause(wctx), ErrPending) && context.Cause(ctx) == nil {
-		return nil, fmt.Errorf("pod %s/%s not running after %v: %s: %w", t.ns, pod.Name, t.opts.pendingTimeout(), t.pendingReason(last), ErrPending)
+		return nil, fmt.Errorf("pod %s/%s not running after %v: %s: %w", t.ns, pod.Name, pending, t.pendingReason(last), ErrPending)
 	}
 	return nil, err
 }
@@ -304,8 +305,7 @@ func (t *Transport) pendingReason(p *corev1.Pod) string {
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", p.Name), fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String(),
 	})
 	if err == nil && len(evs.Items) > 0 {
-		sort.Slice(evs.Items, func(i, j int) bool { return eventTime(evs.Items[i]).Before(eventTime(evs.Items[j])) })
-		e := evs.Items[len(evs.Items)-1]
+		e := slices.MaxFunc(evs.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
 		why = append(why, fmt.Sprintf("event %s: %s", e.Reason, bounded(e.Message)))
 	}
 	if len(why) == 0 {

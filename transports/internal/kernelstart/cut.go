@@ -52,11 +52,9 @@ func (c *CutReader) Cut() {
 
 // Drain waits up to d for the stream to be read to its end, then cuts it.
 func (c *CutReader) Drain(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case <-c.eof:
-	case <-t.C:
+	case <-time.After(d):
 	}
 	c.Cut()
 }

@@ -74,19 +74,31 @@ func (e Env) Build(spec []string) []string {
 		fixed = append(fixed, "KENNEL_REMOTE_RUN="+e.Run)
 	}
 	var out []string
-	index := map[string]int{}
 	for i, layer := range [][]string{e.Base, e.Stub, spec, fixed} {
-		for _, kv := range layer {
-			k := key(kv)
-			switch j, ok := index[k]; {
-			case transports.Reserved(k) && i < 3: // only the transport's own
-			case ok:
-				out[j] = kv
-			default:
-				index[k] = len(out)
-				out = append(out, kv)
-			}
+		if i < 3 { // reserved keys are the transport's own
+			layer = slices.DeleteFunc(slices.Clone(layer), func(kv string) bool { return transports.Reserved(key(kv)) })
 		}
+		out = Overlay(out, layer)
+	}
+	return out
+}
+
+// Overlay is base with each of over's entries (KEY=VALUE) replacing base's entry of the
+// same key in place, or added after them: the environment Build's layers, and an OCI
+// spec's process environment under oci.WithEnv, make.
+func Overlay(base, over []string) []string {
+	out := slices.Clone(base)
+	index := map[string]int{}
+	for i, kv := range out {
+		index[key(kv)] = i
+	}
+	for _, kv := range over {
+		if i, ok := index[key(kv)]; ok {
+			out[i] = kv
+			continue
+		}
+		index[key(kv)] = len(out)
+		out = append(out, kv)
 	}
 	return out
 }

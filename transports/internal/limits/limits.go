@@ -1,7 +1,8 @@
 // Package limits is the rule the container transports' option fields share: zero means
 // the transport's default, a negative value means none, any other is itself. It serves
 // resource limits (memory, CPU, pids, tmpfs sizes) and the timeouts of a first contact
-// with an engine, daemon or API server.
+// with an engine, daemon or API server. A size, grace or timeout that is never none has
+// its own rule (Positive).
 package limits
 
 import (
@@ -18,6 +19,15 @@ func Of(v, def int64) int64 {
 		return 0
 	}
 	return v
+}
+
+// Positive is v when it is positive, else def: the rule of a size, grace or timeout that
+// is never none (Docker's /tmp, a detached kernel's grace, a pod's pending timeout).
+func Positive[T ~int64](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // Context is ctx bounded by d under the rule (def when d is 0; ctx alone when d is

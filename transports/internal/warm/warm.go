@@ -135,11 +135,7 @@ func (p *Pool[R]) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, r := range ready {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.Discard(ctx)
-		}()
+		wg.Go(func() { r.Discard(ctx) })
 	}
 	wg.Wait()
 	return nil
