@@ -13,12 +13,7 @@ import (
 // handleReadCell reads a cell by id without waiting: its reply, settled once it ended
 // (the reply the cell's own request would have had), else state "running" with its
 // output so far.
-func (s *Server) handleReadCell(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleReadCell(w http.ResponseWriter, r *http.Request, e *entry) {
 	id := r.PathValue("cell")
 	jw, err := e.sess.ReadCell(id)
 	if err != nil {
@@ -34,21 +29,11 @@ func (s *Server) handleReadCell(w http.ResponseWriter, r *http.Request) {
 
 // handleEvents streams the session's events (controller.Session.Subscribe) as
 // newline-delimited JSON until the client goes or the session ends.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, e *entry) {
 	sub := e.sess.Subscribe()
 	defer sub.Close()
-	w.Header().Set("Content-Type", api.MediaNDJSON)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
-	}
+	flush := startNDJSON(w)
+	flush()
 	enc := json.NewEncoder(w)
 	for {
 		select {
@@ -63,9 +48,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				return // the client is gone
 			}
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
+		flush()
 	}
 }
 
@@ -73,19 +56,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 func toEvent(ev controller.Event) api.SessionEvent {
 	out := api.SessionEvent{Seq: ev.Seq, Type: ev.Type, At: ev.At.UnixMilli(), CellID: ev.Cell, State: ev.State, Dropped: ev.Dropped}
 	if ev.Type == controller.EventCell || ev.Type == controller.EventJob {
-		out.Job = ev.Job.String()
-		end := &api.JobEnd{ExitCode: ev.End.ExitCode, Killed: ev.End.Killed, Interrupted: ev.End.Interrupted, Text: ev.End.String()}
-		if ev.End.Signal != 0 {
-			sig := ev.End.Signal
-			end.Signal = &sig
-		}
-		out.End = end
+		out.Job, out.End = ev.Job.String(), toJobEnd(ev.End)
 	}
 	if c := ev.Result; c != nil {
-		out.Cell = &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result, Reason: c.Reason, Note: c.Note}
-		if c.Error != nil {
-			out.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
-		}
+		out.Cell = toCell(c)
 	}
 	if ev.Err != nil {
 		out.Error = toAPI(ev.Err)

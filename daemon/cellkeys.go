@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/kennel-dev/kennel/api"
@@ -122,12 +123,9 @@ func (s *Server) redrive(e *entry) {
 		s.log.Warn("reading the session's keyed cells", "session", e.id, "err", err)
 		return
 	}
-	var pending []store.Cell
-	for _, c := range cells {
-		if c.State == store.CellRunning && c.Epoch < e.epoch {
-			pending = append(pending, c)
-		}
-	}
+	pending := slices.DeleteFunc(cells, func(c store.Cell) bool {
+		return c.State != store.CellRunning || c.Epoch >= e.epoch
+	})
 	if len(pending) == 0 {
 		return
 	}

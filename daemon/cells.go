@@ -59,12 +59,7 @@ func wantsNDJSON(r *http.Request) bool {
 	return false
 }
 
-func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleCell(w http.ResponseWriter, r *http.Request, e *entry) {
 	var req api.RunCell
 	if err := readJSON(w, r, maxCodeBody, &req); err != nil {
 		writeError(w, err)
@@ -116,11 +111,8 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 		jw, stored, err := run(r.Context(), sink)
 		done <- result{jw, stored, err}
 	}()
-	w.Header().Set("Content-Type", api.MediaNDJSON)
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
+	flushW := startNDJSON(w)
 	enc := json.NewEncoder(w)
-	flusher, _ := w.(http.Flusher)
 	flush := func() {
 		for _, ev := range sink.drain() {
 			var err error
@@ -134,9 +126,7 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 				return // the client is gone; the request's context ends the cell's wait
 			}
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
+		flushW()
 	}
 	for {
 		select {
@@ -154,9 +144,7 @@ func (s *Server) handleCell(w http.ResponseWriter, r *http.Request) {
 				reply.CellID = cellID
 				_ = enc.Encode(api.Event{Type: "result", Result: &reply})
 			}
-			if flusher != nil {
-				flusher.Flush()
-			}
+			flushW()
 			return
 		}
 	}
@@ -185,10 +173,7 @@ func replyOf(e *entry, jw controller.JobWait) api.CellReply {
 	case jobs.Settled:
 		reply.State = "settled"
 		if c := jw.Cell; c != nil {
-			reply.Cell = &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result, Reason: c.Reason, Note: c.Note}
-			if c.Error != nil {
-				reply.Cell.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
-			}
+			reply.Cell = toCell(c)
 			reply.Upgrade = toUpgrade(c.Upgrade)
 			if c.Lost != "" {
 				lost := c.Lost
@@ -202,6 +187,15 @@ func replyOf(e *entry, jw controller.JobWait) api.CellReply {
 		reply.State = "backgrounded"
 	}
 	return reply
+}
+
+// toCell is a cell's end as the kernel answered it, in its API view.
+func toCell(c *controller.CellResult) *api.Cell {
+	out := &api.Cell{ID: c.ID, Status: c.Status, Result: c.Result, Reason: c.Reason, Note: c.Note}
+	if c.Error != nil {
+		out.Exception = &api.Exception{Name: c.Error.EName, Value: c.Error.EValue, Traceback: c.Error.Traceback}
+	}
+	return out
 }
 
 // readWith names, in a job's bounded output, the route that reads what the job retained
@@ -339,26 +333,14 @@ func toUpgrade(n *controller.UpgradeNotice) *api.Upgrade {
 	if n == nil {
 		return nil
 	}
-	u := &api.Upgrade{From: n.From, To: n.To, Carried: n.Carried, Left: n.Left}
-	if u.Carried == nil {
-		u.Carried = []string{}
-	}
-	if u.Left == nil {
-		u.Left = []string{}
-	}
-	return u
+	return &api.Upgrade{From: n.From, To: n.To, Carried: nonNil(n.Carried), Left: nonNil(n.Left)}
 }
 
 // handleUpgrade replaces the session's kernel by one of the daemon's build, carrying its
 // namespace's picklable values (controller.Session.Upgrade), stale or not: 200 with what
 // was carried, 409 busy when a cell or job runs, 503 when it failed (the old kernel
 // serves on).
-func (s *Server) handleUpgrade(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleUpgrade(w http.ResponseWriter, r *http.Request, e *entry) {
 	n, err := e.sess.Upgrade(r.Context())
 	if err != nil {
 		writeError(w, err)

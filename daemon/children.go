@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,12 +11,7 @@ import (
 	"github.com/kennel-dev/kennel/workspaces"
 )
 
-func (s *Server) handleChild(w http.ResponseWriter, r *http.Request) {
-	parent, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleChild(w http.ResponseWriter, r *http.Request, parent *entry) {
 	var req api.CreateChild
 	if err := readJSON(w, r, 1<<20, &req); err != nil {
 		writeError(w, err)
@@ -31,10 +27,7 @@ func (s *Server) handleChild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	creq := api.CreateSession{Cwd: ws.Path(), Transport: parent.req.Transport, Limits: parent.req.Limits}
-	if req.Limits != nil {
-		creq.Limits = req.Limits
-	}
+	creq := api.CreateSession{Cwd: ws.Path(), Transport: parent.req.Transport, Limits: cmp.Or(req.Limits, parent.req.Limits)}
 	e, err := s.startSession(ctx, creq, parent.spec, parent.id, ws.Dir)
 	if err != nil {
 		_ = os.RemoveAll(ws.Dir)
@@ -46,12 +39,7 @@ func (s *Server) handleChild(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) handleHandBack(w http.ResponseWriter, r *http.Request) {
-	parent, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleHandBack(w http.ResponseWriter, r *http.Request, parent *entry) {
 	cid := r.PathValue("child")
 	child, ok := s.reg.get(cid)
 	if !ok || child.parent != parent.id {
@@ -84,6 +72,7 @@ func (s *Server) handleHandBack(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, hb)
 }
 
+// nonNil is s, or an empty list for nil: the API's lists are [], never null.
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}

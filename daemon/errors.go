@@ -81,6 +81,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// startNDJSON starts a 200 reply streamed as newline-delimited JSON; flush sends what
+// was written so far to the client.
+func startNDJSON(w http.ResponseWriter) (flush func() error) {
+	w.Header().Set("Content-Type", api.MediaNDJSON)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	return http.NewResponseController(w).Flush
+}
+
 // nulChecker is a request body with strings that become paths or program arguments
 // (api.CreateSession).
 type nulChecker interface{ NULField() string }

@@ -16,12 +16,7 @@ const callBudget = defaultBudget
 
 // handleFunctions lists the @remote functions of the session's kernel; it starts no
 // kernel.
-func (s *Server) handleFunctions(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleFunctions(w http.ResponseWriter, r *http.Request, e *entry) {
 	list := api.FunctionList{Functions: []api.Function{}}
 	for _, f := range e.sess.Functions() {
 		list.Functions = append(list.Functions, api.Function{
@@ -34,12 +29,7 @@ func (s *Server) handleFunctions(w http.ResponseWriter, r *http.Request) {
 // handleCall calls a @remote function of the session's kernel: 200 with the value, or
 // with the call's typed error (status "error"); an error of the request itself (no such
 // session, a bad body) is the API's error.
-func (s *Server) handleCall(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleCall(w http.ResponseWriter, r *http.Request, e *entry) {
 	var req api.CallFunction
 	if err := readJSON(w, r, maxCodeBody, &req); err != nil {
 		writeError(w, err)

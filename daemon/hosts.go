@@ -142,9 +142,8 @@ func (hp *hostProbes) probe(unsafeTarget string) (api.HostState, error) {
 	rec.target = t.String()
 	if !rec.running {
 		rec.running = true
-		hp.running.Add(1)
 		// The probe is every caller's: no one request's end cancels it; close does.
-		go hp.run(hosts, unsafeTarget, rec)
+		hp.running.Go(func() { hp.run(hosts, unsafeTarget, rec) })
 	}
 	return rec.state(), nil
 }
@@ -152,7 +151,6 @@ func (hp *hostProbes) probe(unsafeTarget string) (api.HostState, error) {
 // run probes target within HostProbeTimeout (or until close) and records the answer in
 // rec.
 func (hp *hostProbes) run(hosts *ssh.Hosts, target string, rec *hostRecord) {
-	defer hp.running.Done()
 	ctx, cancel := context.WithTimeout(hp.life, HostProbeTimeout)
 	defer cancel()
 	p := hosts.Probe(ctx, target)

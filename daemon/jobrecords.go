@@ -88,9 +88,7 @@ func (s *Server) trackJob(e *entry, id jobs.ID) {
 		return
 	}
 	rec := store.Job{ID: id.String(), Epoch: e.epoch, Command: j.Command(), Started: j.Started(), State: store.JobRunning}
-	s.records.Add(1)
-	go func() {
-		defer s.records.Done()
+	s.records.Go(func() {
 		<-j.Done()
 		e.mu.Lock()
 		detaching := e.detaching
@@ -121,7 +119,7 @@ func (s *Server) trackJob(e *entry, id jobs.ID) {
 		if dropped != nil && dropped.Kept != "" {
 			_ = os.Remove(dropped.Kept)
 		}
-	}()
+	})
 }
 
 // keepOutput writes the start of c's output (up to maxKept) to the job's kept file,
@@ -140,24 +138,22 @@ func (s *Server) keepOutput(session string, id jobs.ID, c *output.Capture) (stri
 		return "", err
 	}
 	var off int64
-	for off < maxKept {
-		p, err := c.ReadPage(off, min(output.MaxPage, maxKept-off))
-		if err != nil || len(p.Data) == 0 {
+	for err == nil && off < maxKept {
+		p, rerr := c.ReadPage(off, min(output.MaxPage, maxKept-off))
+		if rerr != nil || len(p.Data) == 0 {
 			break // what is not readable now (lost, or the end) is not kept
 		}
-		if _, err := f.Write(p.Data); err != nil {
-			f.Close()
-			os.Remove(path + ".tmp")
-			return "", err
-		}
+		_, err = f.Write(p.Data)
 		off += int64(len(p.Data))
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
 		os.Remove(path + ".tmp")
 		return "", err
 	}
-	f.Close()
 	return path, os.Rename(path+".tmp", path)
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -38,23 +39,22 @@ func toJob(j *jobs.Job) api.Job {
 		out.PID = &pid
 	}
 	if end, ok := j.End(); ok {
-		out.State = "ended"
-		e := &api.JobEnd{ExitCode: end.ExitCode, Killed: end.Killed, Interrupted: end.Interrupted, Text: end.String()}
-		if end.Signal != 0 {
-			sig := end.Signal
-			e.Signal = &sig
-		}
-		out.End = e
+		out.State, out.End = "ended", toJobEnd(end)
 	}
 	return out
 }
 
-func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
+// toJobEnd is a job's end's API view.
+func toJobEnd(end jobs.End) *api.JobEnd {
+	e := &api.JobEnd{ExitCode: end.ExitCode, Killed: end.Killed, Interrupted: end.Interrupted, Text: end.String()}
+	if end.Signal != 0 {
+		sig := end.Signal
+		e.Signal = &sig
 	}
+	return e
+}
+
+func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request, e *entry) {
 	list := api.JobList{Jobs: []api.Job{}}
 	for _, r := range s.recordedJobs(e) {
 		list.Jobs = append(list.Jobs, fromRecord(r))
@@ -68,12 +68,7 @@ func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-func (s *Server) handleRunJob(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleRunJob(w http.ResponseWriter, r *http.Request, e *entry) {
 	var req api.RunJob
 	if err := readJSON(w, r, 1<<20, &req); err != nil {
 		writeError(w, err)
@@ -101,12 +96,7 @@ func queryInt64(r *http.Request, name string, def int64) (int64, error) {
 	return n, nil
 }
 
-func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request, e *entry) {
 	j, err := jobOf(r, e)
 	rec, recorded := store.Job{}, false
 	if err != nil {
@@ -115,13 +105,9 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	offset, err := queryInt64(r, "offset", 0)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	limit, err := queryInt64(r, "limit", defaultPage)
-	if err != nil {
+	offset, oerr := queryInt64(r, "offset", 0)
+	limit, lerr := queryInt64(r, "limit", defaultPage)
+	if err := cmp.Or(oerr, lerr); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -144,12 +130,7 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 
 // handleStop asks the job's owner to stop it once, then waits up to Options.StopWait for
 // its end: the ended job, or CodeUnconfirmed. It never asks twice.
-func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+func (s *Server) handleStop(w http.ResponseWriter, r *http.Request, e *entry) {
 	j, err := jobOf(r, e)
 	if err != nil {
 		if _, recorded := s.recordedJob(e, r.PathValue("job")); recorded {

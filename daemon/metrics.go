@@ -40,31 +40,15 @@ type metrics struct {
 // each scrape); errors of a scrape go to log.
 func newMetrics(r *registry, pools func() []launch.PoolStat, log *slog.Logger) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		peers: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kennel_peers_refused_total", Help: "Connections refused because the peer runs as another uid (or its uid could not be read).",
-		}),
-		hostRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kennel_host_requests_total", Help: "Host requests the gate accepted and a handler answered, by type and result (ok or the refusal's code).",
-		}, []string{"type", "result"}),
-		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kennel_frames_total", Help: "Host-request frames the gate decided on, by decision (accepted, or the refusal's code: too_large, unserved, no_type, duplicate).",
-		}, []string{"decision"}),
-		fsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kennel_fs_requests_refused_total", Help: "fs.* host requests refused, by error code.",
-		}, []string{"code"}),
-		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kennel_handback_conflicts_total", Help: "Paths a hand-back kept the parent's entry for against the child's change.",
-		}),
-		jobBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kennel_job_output_bytes_total", Help: "Bytes of ended jobs' output, kept in their reports or dropped by truncation.",
-		}, []string{"kind"}),
-		cells: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kennel_cells_total", Help: "Cells run through the API, by how the request ended (settled or detached).",
-		}, []string{"state"}),
-		ended: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kennel_sessions_ended_total", Help: "Sessions ended (deleted, handed back or shut down).",
-		}),
+		reg:          prometheus.NewRegistry(),
+		peers:        counter("kennel_peers_refused_total", "Connections refused because the peer runs as another uid (or its uid could not be read)."),
+		hostRequests: counterVec("kennel_host_requests_total", "Host requests the gate accepted and a handler answered, by type and result (ok or the refusal's code).", "type", "result"),
+		frames:       counterVec("kennel_frames_total", "Host-request frames the gate decided on, by decision (accepted, or the refusal's code: too_large, unserved, no_type, duplicate).", "decision"),
+		fsRefused:    counterVec("kennel_fs_requests_refused_total", "fs.* host requests refused, by error code.", "code"),
+		conflicts:    counter("kennel_handback_conflicts_total", "Paths a hand-back kept the parent's entry for against the child's change."),
+		jobBytes:     counterVec("kennel_job_output_bytes_total", "Bytes of ended jobs' output, kept in their reports or dropped by truncation.", "kind"),
+		cells:        counterVec("kennel_cells_total", "Cells run through the API, by how the request ended (settled or detached).", "state"),
+		ended:        counter("kennel_sessions_ended_total", "Sessions ended (deleted, handed back or shut down)."),
 	}
 	m.reg.MustRegister(m.peers, m.hostRequests, m.frames, m.fsRefused, m.conflicts, m.jobBytes, m.cells, m.ended,
 		&sessionCollector{reg: r}, poolCollector{stats: pools})
@@ -74,6 +58,15 @@ func newMetrics(r *registry, pools func() []launch.PoolStat, log *slog.Logger) *
 	m.keptBytes, m.droppedBytes = m.jobBytes.WithLabelValues("kept"), m.jobBytes.WithLabelValues("dropped")
 	m.cellsSettled, m.cellsDetached = m.cells.WithLabelValues("settled"), m.cells.WithLabelValues("backgrounded")
 	return m
+}
+
+// counter and counterVec make a counter of name and help (labelled by labels).
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // scrapeLog is promhttp's error log on the daemon's logger.

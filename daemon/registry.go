@@ -1,10 +1,11 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,20 +58,12 @@ func (e *entry) addJob(id jobs.ID) {
 	if len(e.jobIDs) < pruneAt {
 		return
 	}
-	kept := e.jobIDs[:0]
-	for _, j := range e.jobIDs {
-		if _, ok := e.sess.Jobs().Job(j); ok {
-			kept = append(kept, j)
-		} else {
-			delete(e.accounted, j)
-		}
+	gone := func(j jobs.ID) bool {
+		_, ok := e.sess.Jobs().Job(j)
+		return !ok
 	}
-	e.jobIDs = kept
-	for j := range e.accounted {
-		if _, ok := e.sess.Jobs().Job(j); !ok {
-			delete(e.accounted, j)
-		}
-	}
+	e.jobIDs = slices.DeleteFunc(e.jobIDs, gone)
+	maps.DeleteFunc(e.accounted, func(j jobs.ID, _ struct{}) bool { return gone(j) })
 }
 
 // jobList returns the ids of the jobs the session knows: those started through the API
@@ -145,9 +138,7 @@ func (r *registry) take(id string) (*entry, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.sessions[id]
-	if ok {
-		delete(r.sessions, id)
-	}
+	delete(r.sessions, id)
 	return e, ok
 }
 
@@ -156,11 +147,8 @@ func (r *registry) list() []*entry {
 	r.mu.Lock()
 	out := slices.AppendSeq(make([]*entry, 0, len(r.sessions)), maps.Values(r.sessions))
 	r.mu.Unlock()
-	sort.Slice(out, func(a, b int) bool {
-		if !out[a].created.Equal(out[b].created) {
-			return out[a].created.Before(out[b].created)
-		}
-		return out[a].id < out[b].id
+	slices.SortFunc(out, func(a, b *entry) int {
+		return cmp.Or(a.created.Compare(b.created), strings.Compare(a.id, b.id))
 	})
 	return out
 }
@@ -170,11 +158,8 @@ func (r *registry) closeAll() []*entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
-	out := make([]*entry, 0, len(r.sessions))
-	for id, e := range r.sessions {
-		out = append(out, e)
-		delete(r.sessions, id)
-	}
+	out := slices.Collect(maps.Values(r.sessions))
+	clear(r.sessions)
 	return out
 }
 

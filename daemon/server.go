@@ -234,7 +234,7 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 
 	// The pools start before the sweep, which keeps their containers (their instance's).
 	if err := s.opts.Kit.StartPools(ctx, s.log); err != nil {
-		s.shutdown(context.WithoutCancel(ctx))
+		s.Shutdown(context.WithoutCancel(ctx))
 		return fmt.Errorf("serve: %w", err)
 	}
 	s.restore(ctx)
@@ -243,13 +243,13 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	go func() { errc <- hs.Serve(stallListener{Listener: pl, stall: s.opts.Timeouts.WriteStall}) }()
 	select {
 	case err := <-errc:
-		s.shutdown(context.WithoutCancel(ctx))
+		s.Shutdown(context.WithoutCancel(ctx))
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil
 		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
-		s.shutdown(context.WithoutCancel(ctx))
+		s.Shutdown(context.WithoutCancel(ctx))
 		<-errc
 		return nil
 	}
@@ -260,43 +260,28 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 // unavailable), and waits for requests in flight at most Options.ShutdownGrace (then
 // closes their connections). The socket file is removed.
 func (s *Server) Shutdown(ctx context.Context) {
-	s.shutdown(ctx)
-}
-
-func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	hs, l := s.http, s.listener
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownGrace)
 	defer cancel()
-	done := make(chan struct{})
+	var wg sync.WaitGroup
 	if hs != nil {
-		go func() {
-			defer close(done)
+		wg.Go(func() {
 			if hs.Shutdown(ctx) != nil {
 				_ = hs.Close()
 			}
-		}()
-	} else {
-		close(done)
+		})
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.hosts.close()
-	}()
+	wg.Go(s.hosts.close)
 	for _, e := range s.reg.closeAll() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if s.opts.StopKernels || !s.detachSession(ctx, e) {
 				s.endSession(ctx, e)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	<-done
 	s.records.Wait() // every job has ended or been let go: its record is written
 	if err := s.store.Close(); err != nil {
 		s.log.Warn("closing the state store", "err", err)

@@ -290,12 +290,20 @@ func (s *Server) session(r *http.Request) (*entry, error) {
 	return e, nil
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	e, err := s.session(r)
-	if err != nil {
-		writeError(w, err)
-		return
+// inSession is h given the session of the request's {id}; one the daemon does not
+// have is answered not found.
+func (s *Server) inSession(h func(http.ResponseWriter, *http.Request, *entry)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		e, err := s.session(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r, e)
 	}
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, e *entry) {
 	writeJSON(w, http.StatusOK, s.describe(e))
 }
 
@@ -381,10 +389,9 @@ func (s *Server) restore(ctx context.Context) {
 	sem := make(chan struct{}, restoreParallel)
 	var wg sync.WaitGroup
 	for _, rec := range recs {
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-sem }()
 			var req api.CreateSession
 			var spec *sessionspec.Transport
 			err := json.Unmarshal(rec.Request, &req)
@@ -412,7 +419,7 @@ func (s *Server) restore(ctx context.Context) {
 			if derr := s.store.Delete(rec.ID); derr != nil {
 				s.log.Warn("forgetting the session", "session", rec.ID, "err", derr)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
