@@ -89,32 +89,15 @@ func Process(pid int) (Controller, error) {
 	if err != nil {
 		return Controller{}, fmt.Errorf("controller identity: %w", err)
 	}
-	boot, err := bootID()
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return Controller{}, fmt.Errorf("controller identity: %w", err)
 	}
-	start, err := startTime(pid)
-	if err != nil {
-		return Controller{}, fmt.Errorf("controller identity: %w", err)
-	}
-	return Controller{Host: host, Boot: boot, PID: pid, Start: start}, nil
-}
-
-func bootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// startTime is the start time of process pid in clock ticks since boot.
-func startTime(pid int) (uint64, error) {
 	st, err := procfs.Read(pid)
 	if err != nil {
-		return 0, fmt.Errorf("pid %d: %w: %w", pid, errNoProc, err)
+		return Controller{}, fmt.Errorf("controller identity: pid %d: %w: %w", pid, errNoProc, err)
 	}
-	return st.Start, nil
+	return Controller{Host: host, Boot: strings.TrimSpace(string(boot)), PID: pid, Start: st.Start}, nil
 }
 
 // Sweepable is the owner rule of every sweep, for an object of session whose owner is c:

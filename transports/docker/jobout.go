@@ -29,15 +29,8 @@ const ContainerJobOutDir = "/run/kennel-jobout"
 // controller) only as regular files of its own, never through a symlink. It is the
 // session's own and mounted into this session's containers alone.
 func (t *Transport) jobOutMount(spec transports.Spec) (mount.Mount, bool) {
-	if spec.JobOutDir == "" || !filepath.IsAbs(spec.JobOutDir) || strings.ContainsAny(spec.JobOutDir, ",\x00") {
-		return mount.Mount{}, false
-	}
-	if !strings.HasPrefix(t.cli.DaemonHost(), "unix://") {
-		return mount.Mount{}, false
-	}
-	switch t.opts.Runtime {
-	case "", "runc", "crun", "io.containerd.runc.v2":
-	default:
+	if spec.JobOutDir == "" || !filepath.IsAbs(spec.JobOutDir) || strings.ContainsAny(spec.JobOutDir, ",\x00") ||
+		!strings.HasPrefix(t.cli.DaemonHost(), "unix://") || !hostRuntime(t.opts.Runtime) {
 		return mount.Mount{}, false
 	}
 	return mount.Mount{Type: mount.TypeBind, Source: spec.JobOutDir, Target: ContainerJobOutDir}, true

@@ -89,7 +89,7 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	if o.Container != "" {
 		return nil, &transports.FieldError{Field: "PoolOptions.Kernel.Container", Reason: "a pool's kernels run in containers of their own (run mode)"}
 	}
-	if !poolRuntime(o.Runtime) {
+	if !hostRuntime(o.Runtime) {
 		return nil, fmt.Errorf("docker pool: runtime %q runs containers outside this host's kernel, where a session's directories cannot be mounted at hand-out: %w", o.Runtime, cerrdefs.ErrUnavailable)
 	}
 	if cli != nil && !strings.HasPrefix(cli.DaemonHost(), "unix://") {
@@ -110,9 +110,9 @@ func NewPool(cli client.APIClient, opts PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
-// poolRuntime reports whether runtime runs containers on this host's kernel, in mount
-// namespaces the controller can enter.
-func poolRuntime(runtime string) bool {
+// hostRuntime reports whether runtime runs containers on this host's kernel, where the
+// controller can enter their mount namespaces and share files with them.
+func hostRuntime(runtime string) bool {
 	switch runtime {
 	case "", "runc", "crun", "io.containerd.runc.v2":
 		return true

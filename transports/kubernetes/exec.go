@@ -116,13 +116,10 @@ func (s *execStream) Read(b []byte) (int, error) {
 
 func (s *execStream) Write(b []byte) (int, error) {
 	n, err := s.stdin.Write(b)
-	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) {
-		return n, err
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrClosedPipe) {
+		err = kernelstart.ErrStdinClosed
 	}
-	if err != nil {
-		return n, kernelstart.ErrStdinClosed
-	}
-	return n, nil
+	return n, err
 }
 
 // CloseWrite closes the command's stdin: the stream carries its end (a WebSocket CLOSE of

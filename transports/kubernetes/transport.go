@@ -168,10 +168,8 @@ func (t *Transport) Start(ctx context.Context, spec transports.Spec) (_ transpor
 		return nil, err
 	}
 	undo = append(undo, func(context.Context) { s.Close() })
-	// The block is read once the stream is up: its write is the start's last wait.
-	if dl, ok := ctx.Deadline(); ok {
-		_ = s.SetWriteDeadline(dl)
-	}
+	// The block is read once the stream is up: its write is the start's last wait, which
+	// ctx's end cuts short.
 	stop := context.AfterFunc(ctx, func() { _ = s.SetWriteDeadline(time.Now()) })
 	_, werr := s.Write(block)
 	stop()
