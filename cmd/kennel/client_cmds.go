@@ -114,14 +114,7 @@ func newCreateCmd() *cobra.Command {
 		req := api.CreateSession{}
 		remoteDir := dir
 		if tf.ssh == "" {
-			if dir == "" {
-				wd, err := os.Getwd()
-				if err != nil {
-					return err
-				}
-				dir = wd
-			}
-			abs, err := filepath.Abs(dir)
+			abs, err := filepath.Abs(dir) // "": the current directory
 			if err != nil {
 				return err
 			}
