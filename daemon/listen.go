@@ -109,7 +109,8 @@ func (l *PeerListener) Accept() (net.Conn, error) {
 		if err == nil && uid == l.UID {
 			return c, nil
 		}
-		_ = c.Close()
+		// Counted and logged before the close, so a peer that sees its connection end
+		// finds the refusal already recorded; no byte of it is read either way.
 		l.refused.Add(1)
 		if l.Logger != nil {
 			l.Logger.Warn("refused a connection from another user", "uid", uid, "want_uid", l.UID, "err", err)
@@ -117,6 +118,7 @@ func (l *PeerListener) Accept() (net.Conn, error) {
 		if l.OnRefuse != nil {
 			l.OnRefuse(uid)
 		}
+		_ = c.Close()
 	}
 }
 
