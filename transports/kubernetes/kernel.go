@@ -22,7 +22,7 @@ type Kernel struct {
 	t      *Transport
 	pod    string
 	info   transports.Info
-	stream *execStream
+	stdin  *kernelstart.Stdin
 	stdout *kernelstart.CutReader
 	watch  *transports.Watch
 
@@ -46,7 +46,7 @@ func newKernel(t *Transport, pod *corev1.Pod, s *execStream) *Kernel {
 		t:      t,
 		pod:    pod.Name,
 		info:   transports.Info{Transport: Name, ID: t.ns + "/" + pod.Name},
-		stream: s,
+		stdin:  kernelstart.NewStdin(s, s.CloseWrite),
 		stdout: kernelstart.NewCutReader(s, s.cut),
 	}
 	stop := transports.ResolveGrace(t.opts.StopGrace)
@@ -202,7 +202,7 @@ print(n)`
 
 // Stdin is the kernel's standard input, the exec's stdin. Close ends it: the stream carries
 // the end and the kernel reads EOF (the stub then shuts down).
-func (k *Kernel) Stdin() io.WriteCloser { return stdin{k.stream} }
+func (k *Kernel) Stdin() io.WriteCloser { return k.stdin }
 
 // Stdout is the kernel's standard output, the exec's stdout. What the kernel still wrote
 // when it has ended and nobody read within 2 s is dropped, as it is when Kill's last
@@ -240,9 +240,3 @@ func (k *Kernel) Exit() transports.Exit { return k.watch.Exit() }
 // once, whoever calls Kill and however often; if ctx ends first, Kill returns ctx's cause
 // and the stages go on.
 func (k *Kernel) Kill(ctx context.Context) error { return k.watch.Kill(ctx) }
-
-// stdin is the kernel's stdin: Close closes the exec's stdin alone.
-type stdin struct{ s *execStream }
-
-func (w stdin) Write(p []byte) (int, error) { return w.s.Write(p) }
-func (w stdin) Close() error                { return w.s.CloseWrite() }
