@@ -111,13 +111,16 @@ func leftovers(before hostState, dir, bin string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only what the cluster makes counts: containerd's pod netns ("cni-<uuid>") and the
+	// bridge plugin's host-side veths ("veth<hex>"). Other tests of the tree run beside
+	// it (sshtest's partition namespaces, "ktssh*", "kta*", "ktb*").
 	for _, ns := range after.netns {
-		if !slices.Contains(before.netns, ns) {
+		if strings.HasPrefix(ns, "cni-") && !slices.Contains(before.netns, ns) {
 			left = append(left, "netns "+ns)
 		}
 	}
 	for name, master := range after.veths {
-		if _, ok := before.veths[name]; ok {
+		if _, ok := before.veths[name]; ok || !strings.HasPrefix(name, "veth") {
 			continue
 		}
 		if master == "" || master == Bridge {
@@ -156,7 +159,7 @@ func leftovers(before hostState, dir, bin string) ([]string, error) {
 	for l := range strings.Lines(string(mounts)) {
 		f := strings.Fields(l)
 		if len(f) > 4 && (f[4] == dir || strings.Contains(l, dir+"/") ||
-			(strings.HasPrefix(f[4], "/run/netns/") && !slices.Contains(before.netns, filepath.Base(f[4])))) {
+			(strings.HasPrefix(f[4], "/run/netns/cni-") && !slices.Contains(before.netns, filepath.Base(f[4])))) {
 			left = append(left, "mount "+f[4])
 		}
 	}

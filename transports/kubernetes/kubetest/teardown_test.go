@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -69,13 +70,27 @@ func TestLeftoversSeesWhatIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// A pod's netns (containerd names them cni-<uuid>) is the cluster's; another test's
+	// (sshtest's partitions, running beside it under go test ./...) is not.
+	pod, other := fmt.Sprintf("cni-kubetest-%d", os.Getpid()), fmt.Sprintf("ktsshkubetest%d", os.Getpid())
+	for _, ns := range []string{pod, other} {
+		if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	}
 	left, err := leftovers(before, dir, "/nonexistent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"process " + strconv.Itoa(cmd.Process.Pid) + ": ", "run directory " + dir, "sysctl kernel/panic = "} {
+	for _, want := range []string{"process " + strconv.Itoa(cmd.Process.Pid) + ": ", "run directory " + dir, "sysctl kernel/panic = ", "netns " + pod, "mount /run/netns/" + pod} {
 		if !slices.ContainsFunc(left, func(l string) bool { return strings.HasPrefix(l, want) }) {
 			t.Errorf("leftovers %q lack %q", left, want)
+		}
+	}
+	for _, l := range left {
+		if strings.Contains(l, other) {
+			t.Errorf("leftovers name another test's netns: %q", l)
 		}
 	}
 }
