@@ -135,9 +135,10 @@ func (k *Kernel) Record() transports.Record {
 // Link is the kernel's link.
 func (k *Kernel) Link() *link.Client { return k.client }
 
-// Detached is a detached kernel of a container transport (Docker's run mode, containerd):
-// a Kernel whose end is its Watch's. A transport makes it with NewDetached, then sets
-// Watch (whose steps use the kernel's Stdin) before handing it out.
+// Detached is a detached kernel whose end is its Watch's: a Kernel with Kill, Wait, Ended
+// and Exit (the container transports' detached kernels; local and ssh embed it and may
+// bring their own Kill). A transport makes it with NewDetached, then sets Watch (whose
+// steps use the kernel's Stdin) before handing it out.
 type Detached struct {
 	Kernel
 	// Watch stages the kernel's kill and reaps it. Required.

@@ -5,10 +5,11 @@
 // Stdin's lines go through the link's outbox, and closing Stdin sends `shutdown` (what
 // stdin EOF means to a kernel over stdio) while the link stays up to carry the end.
 //
-// It also has what every detached kernel over a link has (Kernel), and for the container
-// transports (Docker's run mode, containerd) their detached kernel (Detached), its first
-// link (NewRun, Open) and how a later controller reaches one again from its record
-// (RunRecord, Reattach).
+// It also has what every detached kernel over a link has (Kernel), one whose end is a
+// transports.Watch's (Detached: local, ssh and the container transports), and for the
+// container transports (Docker's run mode, containerd) a kernel's first link (NewRun,
+// Open) and how a later controller reaches one again from its record (RunRecord,
+// Reattach).
 package linked
 
 import (
