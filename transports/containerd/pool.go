@@ -132,7 +132,8 @@ func (p *Pool) Close(ctx context.Context) error { return p.warm.Close(ctx) }
 
 // handOut gives the session of spec, started by t, a ready kernel: it returns nil and no
 // error when the pool has none of t's description (a miss: the caller starts one cold)
-// or could not make one its session's (it is removed, and counted as a failure).
+// or could not make one its session's, before or after its start block (it is removed,
+// and counted as a failure; see warm.Pool.Lost for the errors that do not go cold).
 func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) (transports.Kernel, error) {
 	st, ok := p.warm.Take(t.poolKey(spec.Dir, spec.Python))
 	if !ok {
@@ -153,7 +154,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec) 
 	st.ns = nil
 	k, err := st.attach(ctx, warm.StartBlock(st.token, spec.Dir, env))
 	if err != nil {
-		return nil, err
+		return nil, p.warm.Lost(ctx, st, err)
 	}
 	k.SetPool(transports.PoolHit)
 	return k, nil

@@ -65,6 +65,14 @@ func TestAPooledKernelKeepsNothingOfTheOneBefore(t *testing.T) {
 	}))
 }
 
+// TestAHandOutLostAfterItsStartBlockStartsCold: transporttest.PoolLostStartsCold.
+func TestAHandOutLostAfterItsStartBlockStartsCold(t *testing.T) {
+	d := containerdtest.Daemon(t)
+	o := ctrd.Options{RunDir: filepath.Join(t.TempDir(), "run"), User: "65534:65534"}
+	o.Pool = newPool(t, d.Client, o, 1)
+	transporttest.PoolLostStartsCold(t, o.Pool, newTransport(t, d.Client, o))
+}
+
 // BenchmarkPoolHandOutVsColdStart: the containerd pool's hand-out (a session's directory
 // mounted at /work) beside a cold detached start of the same description.
 //

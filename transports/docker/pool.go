@@ -176,7 +176,8 @@ func (p *Pool) start(ctx context.Context) (*detachedContainer, error) {
 
 // handOut gives the session of spec, started by t, a ready kernel: it returns nil and no
 // error when the pool has none of t's description (a miss: the caller starts one cold)
-// or could not make one its session's (it is removed, and counted as a failure).
+// or could not make one its session's, before or after its start block (it is removed,
+// and counted as a failure; see warm.Pool.Lost for the errors that do not go cold).
 func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec transports.Spec) (transports.Kernel, error) {
 	c, ok := p.warm.Take(t.poolKey(t.cli, t.opts.UserFor(spec.Dir), spec.Python))
 	if !ok {
@@ -200,7 +201,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, bc bundleCache, spec t
 	_ = c.ns.Close()
 	k, err := t.reachDetached(ctx, c, warm.StartBlock(c.token, spec.Dir, env))
 	if err != nil {
-		return nil, err
+		return nil, p.warm.Lost(ctx, c, err)
 	}
 	k.SetPool(PoolHit)
 	return k, nil

@@ -169,6 +169,16 @@ func TestAHandOutThatCannotMountStartsCold(t *testing.T) {
 	transporttest.WaitReady(t, pool, 1)
 }
 
+// TestAHandOutLostAfterItsStartBlockStartsCold: transporttest.PoolLostStartsCold.
+func TestAHandOutLostAfterItsStartBlockStartsCold(t *testing.T) {
+	cli := dockerneed.KernelEngine(t)
+	o := detachedOptions(t)
+	o.User = "65534:65534"
+	pool := newPool(t, cli, o, 1)
+	o.Pool = pool
+	transporttest.PoolLostStartsCold(t, pool, newTransport(t, cli, o))
+}
+
 // TestAPoolReplacesAKernelThatEndsAndLeavesNothingWhenClosed: a sweep of the pool's
 // owner keeps its ready kernels; a ready kernel whose container is killed is dropped and
 // replaced; Close removes every ready kernel's container and run directory.

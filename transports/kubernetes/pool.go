@@ -228,9 +228,9 @@ func (pp *pooledPod) Discard(ctx context.Context) {
 
 // handOut gives the session of spec, started by t with python, a ready kernel: it
 // returns nil and no error when the pool has none of t's description (a miss: the caller
-// starts one cold) or could not make one the session's before its start block was given
-// (it is removed, and counted as a failure). A kernel that fails after that, or a pod
-// that could not be labelled with its session, is an error, and its pod is removed.
+// starts one cold) or could not make one the session's, before or after its start block,
+// its pod labelled with the session (it is removed, and counted as a failure; see
+// warm.Pool.Lost for the errors that do not go cold).
 func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec, python string) (transports.Kernel, error) {
 	pp, ok := p.warm.Take(t.poolKey(spec.Dir, python))
 	if !ok {
@@ -251,7 +251,7 @@ func (p *Pool) handOut(ctx context.Context, t *Transport, spec transports.Spec, 
 	go func() { labelled <- t.labelSession(ctx, pp.name, spec.SessionID) }()
 	fail := func(err error) (transports.Kernel, error) {
 		pp.Discard(ctx)
-		return nil, fmt.Errorf("hand out pooled kernel of pod %s/%s: %w", t.ns, pp.name, err)
+		return nil, p.warm.Lost(ctx, pp, fmt.Errorf("hand out pooled kernel of pod %s/%s: %w", t.ns, pp.name, err))
 	}
 	var bk *kernelstart.BridgedKernel
 	conn, err := pp.cmd.HandOut(ctx, []byte(warm.StartBlock(rec.Token, spec.Dir, t.kernelEnv(rec.RunDir).Build(spec.Env))))

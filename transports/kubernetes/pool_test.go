@@ -108,6 +108,33 @@ func TestDetachedConformancePooled(t *testing.T) {
 	}
 }
 
+// TestAHandOutLostAfterItsStartBlockStartsCold: a session whose working directory the
+// image lacks loses its pooled kernel after the start block (the kernel cannot enter it
+// and ends); the pool removes it, counts a failure, and the session's start goes cold.
+// On a pod that cold start is refused too (a pod's kernel is an exec that enters its
+// working directory itself; no runtime makes it), so the error is the cold start's.
+func TestAHandOutLostAfterItsStartBlockStartsCold(t *testing.T) {
+	c := kubetest.Cluster(t)
+	cli := client(t, c)
+	o := poolOptions(c)
+	pool := newPool(t, c, cli, o, 1)
+	o.Pool = pool
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k, err := newTransportOn(t, cli, o).Start(ctx, transports.Spec{SessionID: "lost", Dir: "/kennel-not-in-the-image"})
+	if err == nil {
+		transporttest.Stop(t, k)
+		t.Fatal("a kernel started in a working directory the image lacks")
+	}
+	if !errdefs.IsUnavailable(err) || strings.Contains(err.Error(), "hand out pooled kernel") {
+		t.Errorf("start: %v; want the cold start's refusal (errdefs.ErrUnavailable)", err)
+	}
+	if s := pool.Stats(); s.Failures != 1 || s.Hits != 0 || s.Misses != 1 {
+		t.Errorf("after a hand-out lost after its start block: %+v", s)
+	}
+	transporttest.WaitReady(t, pool, 1)
+}
+
 // TestPoolMissesAndReplaces: a session of another description starts cold and says so;
 // a ready kernel whose pod is deleted is replaced; Close leaves no pool pod.
 func TestPoolMissesAndReplaces(t *testing.T) {

@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,4 +43,25 @@ func WaitReady(t testing.TB, p Pool, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// PoolLostStartsCold: a session whose working directory the image lacks loses its pooled
+// kernel after the start block (the kernel cannot enter the directory and ends). tr, a
+// transport of pool's description with pool as its pool, then removes that kernel, counts
+// it as a failure, and starts the session's kernel cold; the runtime makes the working
+// directory then, as it does for every cold start.
+func PoolLostStartsCold(t *testing.T, pool Pool, tr transports.Transport) {
+	t.Helper()
+	const dir = "/kennel-not-in-the-image"
+	k, c := Start(t, tr, transports.Spec{SessionID: "lost", Dir: dir})
+	if got := k.Info().Pool; got != transports.PoolMiss {
+		t.Errorf("a hand-out lost after its start block: pool %q, want %q", got, transports.PoolMiss)
+	}
+	if out, err := c.Run("import os; print(os.getcwd())"); err != nil || strings.TrimSpace(out) != dir {
+		t.Errorf("the cold kernel's working directory: %q, %v", out, err)
+	}
+	if s := pool.Stats(); s.Failures != 1 || s.Hits != 0 || s.Misses != 1 {
+		t.Errorf("after a hand-out lost after its start block: %+v", s)
+	}
+	WaitReady(t, pool, 1)
 }

@@ -108,13 +108,32 @@ func (p *Pool[R]) Take(key string) (R, bool) {
 // Failed discards r, taken but not made its session's (err says why), and counts its
 // hit as a miss and a failure: the session starts cold.
 func (p *Pool[R]) Failed(r R, err error) {
+	p.countFailure()
+	p.o.Logger.Warn(p.o.Kind+" pool: a ready kernel could not be handed out; starting one cold", "kernel", r.String(), "err", err)
+	r.Discard(context.Background())
+}
+
+// Lost counts r as Failed does, for a kernel taken and given its session's start block
+// that was lost before it became the session's (err says why; its transport has removed
+// it already). It returns nil, and the session starts cold as after any failed hand-out,
+// unless ctx has ended or err says that a cold start would fail alike
+// (errdefs.ErrUnavailable: the kernel's interpreter cannot run): then err.
+func (p *Pool[R]) Lost(ctx context.Context, r R, err error) error {
+	p.countFailure()
+	if ctx.Err() != nil || errdefs.IsUnavailable(err) {
+		return err
+	}
+	p.o.Logger.Warn(p.o.Kind+" pool: a ready kernel was lost at its hand-out; starting one cold", "kernel", r.String(), "err", err)
+	return nil
+}
+
+// countFailure turns a hit into a miss and a failure.
+func (p *Pool[R]) countFailure() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.stats.Failures++
 	p.stats.Hits--
 	p.stats.Misses++
-	p.mu.Unlock()
-	p.o.Logger.Warn(p.o.Kind+" pool: a ready kernel could not be handed out; starting one cold", "kernel", r.String(), "err", err)
-	r.Discard(context.Background())
 }
 
 // Close stops the filling and discards the ready kernels. It waits for a start under

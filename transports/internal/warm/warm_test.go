@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // fake is a ready kernel of a test: it ends when end is closed.
@@ -143,5 +145,43 @@ func TestCloseEndsAStartUnderWay(t *testing.T) {
 	defer cancel()
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestALostKernelGoesColdUnlessColdWouldFailAlike: Lost counts a hit as a miss and a
+// failure and discards nothing (its transport has); it answers nil (start cold) for an
+// ordinary loss, and the error when the caller's ctx has ended or the error says a cold
+// start would fail alike (errdefs.ErrUnavailable).
+func TestALostKernelGoesColdUnlessColdWouldFailAlike(t *testing.T) {
+	s := &starter{}
+	p := New(Options[*fake]{Kind: "test", Key: "k", Size: 1, Start: s.start})
+	defer p.Close(context.Background())
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	lost := errors.New("its link never answered")
+	unavailable := fmt.Errorf("no interpreter: %w", errdefs.ErrUnavailable)
+	for i, c := range []struct {
+		ctx  context.Context
+		err  error
+		want error
+	}{
+		{context.Background(), lost, nil},
+		{ended, lost, lost},
+		{context.Background(), unavailable, unavailable},
+	} {
+		waitStats(t, p, func(s statsView) bool { return s.ready == 1 })
+		f, ok := p.Take("k")
+		if !ok {
+			t.Fatalf("case %d: no ready kernel taken", i)
+		}
+		if got := p.Lost(c.ctx, f, c.err); got != c.want {
+			t.Errorf("case %d: Lost(%v) = %v, want %v", i, c.err, got, c.want)
+		}
+		if n := f.discarded.Load(); n != 0 {
+			t.Errorf("case %d: Lost discarded the kernel %d times; its transport does", i, n)
+		}
+		if st := p.Stats(); st.Hits != 0 || st.Misses != uint64(i+1) || st.Failures != uint64(i+1) {
+			t.Errorf("case %d: after Lost: %+v", i, st)
+		}
 	}
 }
