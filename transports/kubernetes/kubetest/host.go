@@ -112,15 +112,15 @@ func leftovers(before hostState, dir, bin string) ([]string, error) {
 		return nil, err
 	}
 	// Only what the cluster makes counts: containerd's pod netns ("cni-<uuid>") and the
-	// bridge plugin's host-side veths ("veth<hex>"). Other tests of the tree run beside
-	// it (sshtest's partition namespaces, "ktssh*", "kta*", "ktb*").
+	// bridge plugin's host-side veths ("veth<hex>", and any on its bridge). Other tests
+	// of the tree run beside it (sshtest's partition namespaces, "ktssh*", "kta*", "ktb*").
 	for _, ns := range after.netns {
 		if strings.HasPrefix(ns, "cni-") && !slices.Contains(before.netns, ns) {
 			left = append(left, "netns "+ns)
 		}
 	}
 	for name, master := range after.veths {
-		if _, ok := before.veths[name]; ok || !strings.HasPrefix(name, "veth") {
+		if _, ok := before.veths[name]; ok || (master != Bridge && !strings.HasPrefix(name, "veth")) {
 			continue
 		}
 		if master == "" || master == Bridge {
