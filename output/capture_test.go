@@ -641,3 +641,16 @@ func TestCaptureConcurrentWriters(t *testing.T) {
 		}
 	}
 }
+
+// A ReadError's text is its Detail when it has one: its Err is then not asked (nor
+// needed), and without a Detail it is the class's.
+func TestReadErrorTextWithDetailNeedsNoClass(t *testing.T) {
+	e := &ReadError{Op: "read", Offset: 1, Limit: 2, Detail: "bytes 0..1 were not retained", Use: &Span{Offset: 3, Limit: 4}}
+	if got, want := e.Error(), "read offset=1 limit=2: bytes 0..1 were not retained: use offset=3 limit=4"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	e = &ReadError{Op: "read", Offset: 1, Limit: 2, Err: ErrPastEnd}
+	if got, want := e.Error(), "read offset=1 limit=2: "+ErrPastEnd.Error(); got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}

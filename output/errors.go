@@ -1,7 +1,6 @@
 package output
 
 import (
-	"cmp"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -49,7 +48,11 @@ type ReadError struct {
 // Error reads like "read offset=0 limit=65537: read at most 65536 bytes: use offset=0
 // limit=65536".
 func (e *ReadError) Error() string {
-	msg := fmt.Sprintf("%s offset=%d limit=%d: %s", e.Op, e.Offset, e.Limit, cmp.Or(e.Detail, e.Err.Error()))
+	why := e.Detail // the class's text only without one: a ReadError with Detail needs no Err
+	if why == "" {
+		why = e.Err.Error()
+	}
+	msg := fmt.Sprintf("%s offset=%d limit=%d: %s", e.Op, e.Offset, e.Limit, why)
 	if e.Use != nil {
 		msg += fmt.Sprintf(": use offset=%d limit=%d", e.Use.Offset, e.Use.Limit)
 	}
