@@ -199,7 +199,7 @@ func (t *Transport) reachDetached(ctx context.Context, c *detachedContainer, blo
 	if werr != nil {
 		return nil, fmt.Errorf("hand the token to container %.12s: %w", c.id, werr)
 	}
-	cl, log, err := linked.Open(ctx, c.runDir, c.kid, c.token, limits.Positive(t.opts.KernelGrace, time.Hour), c.exited)
+	cl, log, err := linked.Open(ctx, c.runDir, c.kid, c.token, limits.Positive(t.opts.KernelGrace, DefaultKernelGrace), c.exited)
 	if err != nil {
 		select {
 		case <-c.exited:
@@ -348,7 +348,7 @@ func (t *Transport) reattachRun(ctx context.Context, rec transports.Record) (tra
 	}
 	wctx, stopWait := context.WithCancel(context.Background())
 	exited, result := t.waitContainer(wctx, rec.Where)
-	cl, isGone, err := linked.Reattach(ctx, &rec, limits.Positive(t.opts.KernelGrace, time.Hour))
+	cl, isGone, err := linked.Reattach(ctx, &rec, limits.Positive(t.opts.KernelGrace, DefaultKernelGrace))
 	if err != nil {
 		stopWait()
 		if isGone {

@@ -25,7 +25,7 @@ func (t *Transport) bridged(container, python string) kernelstart.Bridged {
 		Python:     python,
 		Root:       t.opts.RunDir,
 		Where:      container,
-		Grace:      limits.Positive(t.opts.KernelGrace, time.Hour),
+		Grace:      limits.Positive(t.opts.KernelGrace, DefaultKernelGrace),
 		StdinGrace: transports.ResolveGrace(t.opts.StdinGrace),
 		TermGrace:  transports.ResolveGrace(t.opts.StopGrace),
 	}

@@ -31,6 +31,10 @@ const (
 	FallbackUser = "65534:65534"
 )
 
+// DefaultKernelGrace is how long a detached kernel lives with nothing attached when
+// Options.KernelGrace is zero.
+const DefaultKernelGrace = time.Hour
+
 // Options configure a Transport. Every zero value is the locked-down default, documented
 // on its field; an operator loosens one setting at a time.
 type Options struct {
@@ -123,8 +127,8 @@ type Options struct {
 	// reached through bridges, execs beside it (see the package doc, "Detached
 	// kernels"). Empty keeps kernels on the attached stream.
 	RunDir string
-	// KernelGrace is how long a detached kernel lives with nothing attached (zero: one
-	// hour).
+	// KernelGrace is how long a detached kernel lives with nothing attached (zero:
+	// DefaultKernelGrace).
 	KernelGrace time.Duration
 
 	// Pool, when set, is a warm pool (NewPool) a detached run-mode kernel is taken from
