@@ -280,23 +280,14 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// session finds the session of the request's {id}.
-func (s *Server) session(r *http.Request) (*entry, error) {
-	id := r.PathValue("id")
-	e, ok := s.reg.get(id)
-	if !ok {
-		return nil, fmt.Errorf("session %q: %w", id, errNotFound)
-	}
-	return e, nil
-}
-
 // inSession is h given the session of the request's {id}; one the daemon does not
 // have is answered not found.
 func (s *Server) inSession(h func(http.ResponseWriter, *http.Request, *entry)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		e, err := s.session(r)
-		if err != nil {
-			writeError(w, err)
+		id := r.PathValue("id")
+		e, ok := s.reg.get(id)
+		if !ok {
+			writeError(w, fmt.Errorf("session %q: %w", id, errNotFound))
 			return
 		}
 		h(w, r, e)
