@@ -128,9 +128,15 @@ func (k *Kernel) drain(d time.Duration) {
 }
 
 // cut ends Stdout unless it was read to its end (the write in flight fails, reads end
-// with EOF), and waits for the demultiplexer.
+// with EOF), and waits for the demultiplexer. A demultiplexer that already ended blocks
+// nothing: Stdout is left as it ended, so a broken stream's error still reaches its
+// reader rather than a clean EOF.
 func (k *Kernel) cut() {
-	k.stdout.Cut()
+	select {
+	case <-k.demuxDone:
+	default:
+		k.stdout.Cut()
+	}
 	<-k.demuxDone
 }
 
