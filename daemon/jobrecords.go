@@ -149,7 +149,9 @@ func (s *Server) keepOutput(session string, id jobs.ID, c *output.Capture) (stri
 	if err == nil {
 		err = f.Sync()
 	}
-	f.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr // a close that fails (a full disk on some file systems) keeps nothing
+	}
 	if err != nil {
 		os.Remove(path + ".tmp")
 		return "", err
