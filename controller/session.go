@@ -212,7 +212,10 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	opts.StartTimeout = cmp.Or(opts.StartTimeout, 30*time.Second)
 	opts.InterruptGrace = cmp.Or(opts.InterruptGrace, 5*time.Second)
 	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
-	s := &Session{id: cmp.Or(opts.ID, newID()), opts: opts, closedCh: make(chan struct{})}
+	s := &Session{id: opts.ID, opts: opts, closedCh: make(chan struct{})}
+	if s.id == "" {
+		s.id = newID() // only then: cmp.Or would read crypto/rand for every session
+	}
 	s.ids.Store(opts.IDBase)
 	s.log = log.With("session", s.id)
 	s.resume = opts.Resume
