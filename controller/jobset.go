@@ -132,9 +132,11 @@ func (js *jobSet) get(id jobs.ID) (*jobRun, error) {
 	js.mu.Lock()
 	defer js.mu.Unlock()
 	r, ok := js.runs[id]
-	if _, held := js.table.Job(id); ok && !held {
-		delete(js.runs, id)
-		ok = false
+	if ok {
+		if _, held := js.table.Job(id); !held { // evicted from the table: forget it here too
+			delete(js.runs, id)
+			ok = false
+		}
 	}
 	if !ok {
 		return nil, fmt.Errorf("job %s: %w", id, ErrNoJob)
